@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds every example activity into examples/dist/*.wasm.
+#   examples/build.sh            all examples (Python too when componentize-py is installed)
+#   CORRAL_SKIP_PYTHON=1 ...     Rust examples only
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+dist="$here/dist"
+mkdir -p "$dist"
+# One build at a time: test processes may call this concurrently.
+exec 9>"$dist/.lock"
+flock 9
+
+target="${CARGO_TARGET_DIR:-$here/target}"
+cargo build --quiet --release --target wasm32-wasip2 --manifest-path "$here/Cargo.toml" --target-dir "$target"
+for name in greeter progress files misbehave echo; do
+  cp -p "$target/wasm32-wasip2/release/$name.wasm" "$dist/$name.wasm.tmp"
+  mv "$dist/$name.wasm.tmp" "$dist/$name.wasm"
+done
+
+if [ -z "${CORRAL_SKIP_PYTHON:-}" ]; then
+  if ! command -v componentize-py >/dev/null; then
+    echo "componentize-py is not installed: pip install componentize-py (or set CORRAL_SKIP_PYTHON=1)" >&2
+    exit 1
+  fi
+  py="$here/python-shout"
+  if [ ! -f "$dist/python-shout.wasm" ] || [ -n "$(find "$py" "$here/../wit" -newer "$dist/python-shout.wasm" -type f | head -1)" ]; then
+    (cd "$py" && componentize-py -d "$here/../wit" -d wit -w demo:shout/shout componentize app -o "$dist/python-shout.wasm.tmp" >/dev/null)
+    mv "$dist/python-shout.wasm.tmp" "$dist/python-shout.wasm"
+  fi
+fi

@@ -1,0 +1,130 @@
+//! Turning the way a guest call ended into exactly one failure class.
+
+use serde_json::{Value, json};
+use wasmtime::{Trap, WasmBacktrace};
+use wasmtime_wasi::I32Exit;
+
+use super::context::ContractViolation;
+use super::failure::{Failure, FailureClass, RetryPolicy};
+use super::limits::{Breach, LimitExceeded, format_bytes};
+
+/// Most backtrace frames named in a message.
+const MAX_FRAMES: usize = 12;
+
+/// What the task knew when the guest call failed.
+pub(crate) struct Evidence<'a> {
+    pub breach: Option<&'a Breach>,
+    pub fuel: Option<u64>,
+    /// The end of the guest's stderr (a panic message, typically).
+    pub stderr_tail: String,
+}
+
+/// Classifies an error returned by instantiation or by a guest call.
+pub(crate) fn classify(error: &wasmtime::Error, evidence: &Evidence<'_>, policy: &RetryPolicy) -> Failure {
+    let frames = backtrace(error);
+    let trap = error.downcast_ref::<Trap>().copied();
+    let with_trace = |mut details: Value| {
+        if !frames.is_empty() {
+            details["backtrace"] = json!(frames);
+        }
+        details
+    };
+
+    // A limit breach wins over whatever the guest did next (a Rust guest
+    // aborts with `unreachable` when an allocation fails).
+    if let Some(breach) = evidence
+        .breach
+        .or_else(|| error.downcast_ref::<LimitExceeded>().map(|l| &l.0))
+    {
+        let (limit, value) = match breach {
+            Breach::Memory { limit, .. } => ("memory", format_bytes(*limit)),
+            Breach::Table { limit, .. } => ("table_elements", limit.to_string()),
+        };
+        return Failure::new(FailureClass::ResourceExhausted, policy, breach.to_string())
+            .with_details(with_trace(json!({ "limit": limit, "value": value })));
+    }
+    if let Some(violation) = error.downcast_ref::<ContractViolation>() {
+        return Failure::new(FailureClass::InvalidOutput, policy, violation.to_string());
+    }
+    if let Some(exit) = error.downcast_ref::<I32Exit>() {
+        return Failure::new(
+            FailureClass::Trap,
+            policy,
+            format!("the guest called exit({}) instead of returning", exit.0),
+        )
+        .with_details(json!({ "exit_code": exit.0 }));
+    }
+    let location = match frames.iter().find(|f| !is_runtime_frame(f)).or(frames.first()) {
+        Some(function) => format!(" in `{function}`"),
+        None => String::new(),
+    };
+    match trap {
+        Some(Trap::OutOfFuel) => {
+            let budget = evidence.fuel.map_or("its".to_owned(), |f| format!("the {f}"));
+            Failure::new(
+                FailureClass::ResourceExhausted,
+                policy,
+                format!("the guest used up {budget} fuel budget (CPU limit){location}"),
+            )
+            .with_details(with_trace(json!({ "limit": "fuel", "value": evidence.fuel })))
+        }
+        Some(Trap::UnreachableCodeReached) => {
+            let said = if evidence.stderr_tail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", last_lines(&evidence.stderr_tail, 3))
+            };
+            Failure::new(
+                FailureClass::Panic,
+                policy,
+                format!("the guest panicked (wasm `unreachable`){location}{said}"),
+            )
+            .with_details(with_trace(json!({ "trap": "UnreachableCodeReached" })))
+        }
+        Some(trap) => {
+            let what = match trap {
+                Trap::StackOverflow => "the guest overflowed its stack (runaway recursion?)".to_owned(),
+                other => format!("the guest trapped: {other}"),
+            };
+            Failure::new(FailureClass::Trap, policy, format!("{what}{location}"))
+                .with_details(with_trace(json!({ "trap": format!("{trap:?}") })))
+        }
+        // The guest was running (wasm frames exist) when a host function
+        // raised an error: the guest misused the host.
+        None if !frames.is_empty() => Failure::new(
+            FailureClass::Trap,
+            policy,
+            format!("the guest called the host incorrectly: {error:#}{location}"),
+        )
+        .with_details(with_trace(json!({}))),
+        None => Failure::new(FailureClass::Host, policy, format!("{error:#}")),
+    }
+}
+
+fn backtrace(error: &wasmtime::Error) -> Vec<String> {
+    let Some(trace) = error.downcast_ref::<WasmBacktrace>() else {
+        return Vec::new();
+    };
+    trace
+        .frames()
+        .iter()
+        .filter_map(|frame| frame.func_name())
+        .map(|name| format!("{:#}", rustc_demangle::demangle(name)))
+        .take(MAX_FRAMES)
+        .collect()
+}
+
+/// Frames of the language runtime (panic and abort machinery), skipped when
+/// naming where a guest failed.
+fn is_runtime_frame(name: &str) -> bool {
+    const RUNTIME: &[&str] = &[
+        "std::", "core::", "alloc::", "__rust", "rust_panic", "abort", "panic_abort::",
+        "__rdl_", "__rg_", "<&T as core::", "wit_bindgen",
+    ];
+    RUNTIME.iter().any(|prefix| name.starts_with(prefix))
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
+}

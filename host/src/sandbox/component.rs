@@ -1,0 +1,257 @@
+//! Loading a component: validate the bytes, compile once (or reuse the
+//! compiled artifact cached on disk), check every import against what the
+//! host links, pre-instantiate, and find the activity types.
+
+use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, InstancePre};
+
+use super::context::TaskState;
+use super::engine::Sandbox;
+use super::signature::{ActivityType, UnsupportedExport, exported_functions};
+
+/// A component ready to run tasks: compiled, linked, its exports indexed.
+pub struct LoadedComponent {
+    /// `sha256:<hex>` of the component bytes.
+    pub digest: String,
+    pub activities: Vec<ActivityType>,
+    /// Exported functions that cannot be activity types, with the reason.
+    pub unsupported: Vec<UnsupportedExport>,
+    /// Every import, by name.
+    pub imports: Vec<String>,
+    /// Whether the compiled code came from the on-disk cache.
+    pub from_cache: bool,
+    pub(crate) pre: InstancePre<TaskState>,
+}
+
+impl fmt::Debug for LoadedComponent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadedComponent")
+            .field("digest", &self.digest)
+            .field("activities", &self.activities.iter().map(|a| &a.name).collect::<Vec<_>>())
+            .field("from_cache", &self.from_cache)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedComponent {
+    /// The activity type called `name`.
+    pub fn activity(&self, name: &str) -> Option<&ActivityType> {
+        self.activities.iter().find(|a| a.name == name)
+    }
+}
+
+/// Why a component was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    NotWasm,
+    CoreModule,
+    Invalid(String),
+    UnsatisfiedImports(Vec<String>),
+    Link(String),
+    NoActivities(Vec<UnsupportedExport>),
+    Io(String),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::NotWasm => f.write_str("not a WebAssembly binary (no `\\0asm` header)"),
+            LoadError::CoreModule => f.write_str(
+                "this is a core WebAssembly module, not a component: build for \
+                 `wasm32-wasip2`, or wrap it with `wasm-tools component new`",
+            ),
+            LoadError::Invalid(reason) => write!(f, "invalid component: {reason}"),
+            LoadError::UnsatisfiedImports(names) => write!(
+                f,
+                "the component imports what this host does not provide: {}",
+                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+            ),
+            LoadError::Link(reason) => write!(f, "the component's imports do not match the host: {reason}"),
+            LoadError::NoActivities(unsupported) => {
+                f.write_str("the component exports no function usable as an activity type")?;
+                for u in unsupported {
+                    write!(f, "; `{}`: {}", u.name, u.reason)?;
+                }
+                Ok(())
+            }
+            LoadError::Io(reason) => write!(f, "{reason}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// The WASI 0.2 interfaces every guest may import (any 0.2.x version). What
+/// they can do is decided per tenant at run time (sockets are denied,
+/// directories only as granted).
+const BASE_WASI: &[&str] = &[
+    "wasi:cli/environment",
+    "wasi:cli/exit",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:clocks/monotonic-clock",
+    "wasi:clocks/wall-clock",
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+    "wasi:sockets/network",
+    "wasi:sockets/instance-network",
+    "wasi:sockets/tcp",
+    "wasi:sockets/tcp-create-socket",
+    "wasi:sockets/udp",
+    "wasi:sockets/udp-create-socket",
+    "wasi:sockets/ip-name-lookup",
+];
+
+const CORRAL: &[&str] = &["corral:activity/context", "corral:activity/types"];
+
+/// Whether the host links an import of this name.
+fn is_linked(import: &str) -> bool {
+    let (name, version) = import.split_once('@').unwrap_or((import, ""));
+    (BASE_WASI.contains(&name) && version.starts_with("0.2."))
+        || (CORRAL.contains(&name) && version.starts_with("0.1."))
+}
+
+impl Sandbox {
+    /// Loads a component from its bytes. The compiled code is cached on disk
+    /// (when the sandbox has a cache directory) under the component's SHA-256
+    /// and the engine's compatibility hash, so the same bytes are compiled
+    /// once, also across restarts.
+    pub fn load(&self, bytes: &[u8]) -> Result<Arc<LoadedComponent>, LoadError> {
+        match bytes {
+            [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ..] => return Err(LoadError::CoreModule),
+            [0x00, 0x61, 0x73, 0x6d, _, _, 0x01, 0x00, ..] => {}
+            [0x00, 0x61, 0x73, 0x6d, ..] => {
+                return Err(LoadError::Invalid("unknown WebAssembly version or layer".into()));
+            }
+            _ => return Err(LoadError::NotWasm),
+        }
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+        let (component, from_cache) = self.compile_cached(&digest, bytes)?;
+
+        let ty = component.component_type();
+        let imports: Vec<String> = ty.imports(&self.engine).map(|(n, _)| n.to_owned()).collect();
+        let missing: Vec<String> = imports.iter().filter(|n| !is_linked(n)).cloned().collect();
+        if !missing.is_empty() {
+            return Err(LoadError::UnsatisfiedImports(missing));
+        }
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Link(format!("{e:#}")))?;
+        let (activities, unsupported) = exported_functions(&self.engine, &component);
+        if activities.is_empty() {
+            return Err(LoadError::NoActivities(unsupported));
+        }
+        Ok(Arc::new(LoadedComponent {
+            digest,
+            activities,
+            unsupported,
+            imports,
+            from_cache,
+            pre,
+        }))
+    }
+
+    /// Loads a component from a file.
+    pub fn load_file(&self, path: &Path) -> Result<Arc<LoadedComponent>, LoadError> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| LoadError::Io(format!("reading `{}`: {e}", path.display())))?;
+        self.load(&bytes)
+    }
+
+    fn compile_cached(&self, digest: &str, bytes: &[u8]) -> Result<(Component, bool), LoadError> {
+        let cached = self.cache_path(digest);
+        if let Some(path) = &cached {
+            if path.exists() {
+                // SAFETY: the file was written by `store_compiled` below from
+                // `Component::serialize` of this very engine configuration:
+                // its name binds the content digest and the engine's
+                // compatibility hash, and the cache directory belongs to the
+                // host. wasmtime also checks the artifact's header against the
+                // engine before using it.
+                match unsafe { Component::deserialize_file(&self.engine, path) } {
+                    Ok(component) => return Ok((component, true)),
+                    Err(e) => tracing::warn!(
+                        path = %path.display(),
+                        "ignoring an unusable compiled component in the cache: {e}"
+                    ),
+                }
+            }
+        }
+        let component = Component::new(&self.engine, bytes).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        if let Some(path) = &cached {
+            if let Err(e) = store_compiled(&component, path) {
+                tracing::warn!(path = %path.display(), "could not cache the compiled component: {e}");
+            }
+        }
+        Ok((component, false))
+    }
+
+    fn cache_path(&self, digest: &str) -> Option<PathBuf> {
+        let dir = self.config.cache_dir.as_ref()?;
+        let mut hasher = DefaultHasher::new();
+        self.engine.precompile_compatibility_hash().hash(&mut hasher);
+        let hex = digest.trim_start_matches("sha256:");
+        Some(dir.join(format!("{hex}-{:016x}.cwasm", hasher.finish())))
+    }
+}
+
+/// Writes the compiled artifact atomically: a temporary file in the same
+/// directory, synced, then renamed over the final name, so a crash never
+/// leaves a half-written artifact under the name that is trusted.
+fn store_compiled(component: &Component, path: &Path) -> anyhow::Result<()> {
+    let bytes = component.serialize().map_err(anyhow::Error::from)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile_in(dir)?;
+    tmp.1.write_all(&bytes)?;
+    tmp.1.sync_all()?;
+    std::fs::rename(&tmp.0, path)?;
+    Ok(())
+}
+
+fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let name = format!(".tmp-{}-{:x}", std::process::id(), rand_suffix());
+    let path = dir.join(name);
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
+    Ok((path, file))
+}
+
+fn rand_suffix() -> u64 {
+    let mut hasher = DefaultHasher::new();
+    std::time::SystemTime::now().hash(&mut hasher);
+    std::thread::current().id().hash(&mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wasi_0_2_any_patch_and_corral_0_1_are_linked() {
+        assert!(is_linked("wasi:io/streams@0.2.0"));
+        assert!(is_linked("wasi:sockets/tcp@0.2.9"));
+        assert!(is_linked("corral:activity/context@0.1.0"));
+        assert!(!is_linked("wasi:http/outgoing-handler@0.2.0"));
+        assert!(!is_linked("wasi:io/streams@0.3.0"));
+        assert!(!is_linked("acme:secret/vault@1.0.0"));
+    }
+}

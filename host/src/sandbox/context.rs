@@ -1,0 +1,174 @@
+//! The per-task store data and the host side of `corral:activity/context`.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::limits::Limiter;
+use super::observer::{LogLevel, TaskObserver};
+use super::stdio::{Capture, TaskLabels, lock};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "corral:activity/imports",
+        imports: { default: trappable },
+    });
+}
+
+pub(crate) use bindings::corral::activity::context::add_to_linker as add_context_to_linker;
+use bindings::corral::activity::{context, types};
+
+/// What the host knows about one attempt of an activity.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskInfo {
+    pub tenant: String,
+    pub activity_id: String,
+    pub workflow_id: Option<String>,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// JSON details of the last heartbeat of the previous attempt.
+    pub last_heartbeat: Option<Value>,
+}
+
+/// A guest broke the host contract in a way that is its output's fault
+/// (e.g. heartbeat details that are not JSON): reported as `InvalidOutput`.
+#[derive(Debug)]
+pub struct ContractViolation(pub String);
+
+impl fmt::Display for ContractViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ContractViolation {}
+
+/// Everything one task's store holds. Nothing in it outlives the task.
+pub(crate) struct TaskState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) limiter: Limiter,
+    pub(crate) capture: Arc<Mutex<Capture>>,
+    pub(crate) info: types::ActivityInfo,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) observer: Arc<dyn TaskObserver>,
+    pub(crate) heartbeats: u32,
+    pub(crate) max_details: usize,
+    pub(crate) labels: TaskLabels,
+}
+
+impl TaskState {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        wasi: WasiCtx,
+        limiter: Limiter,
+        capture: Arc<Mutex<Capture>>,
+        activity_type: &str,
+        info: &TaskInfo,
+        deadline_unix_ms: Option<u64>,
+        cancel: CancellationToken,
+        observer: Arc<dyn TaskObserver>,
+        max_details: usize,
+        labels: TaskLabels,
+    ) -> Self {
+        TaskState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter,
+            capture,
+            info: types::ActivityInfo {
+                activity_type: activity_type.to_owned(),
+                activity_id: info.activity_id.clone(),
+                workflow_id: info.workflow_id.clone(),
+                attempt: info.attempt,
+                tenant: info.tenant.clone(),
+                deadline_unix_ms,
+                last_heartbeat: info.last_heartbeat.as_ref().map(Value::to_string),
+            },
+            cancel,
+            observer,
+            heartbeats: 0,
+            max_details,
+            labels,
+        }
+    }
+}
+
+impl WasiView for TaskState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl types::Host for TaskState {}
+
+impl context::Host for TaskState {
+    fn info(&mut self) -> wasmtime::Result<types::ActivityInfo> {
+        Ok(self.info.clone())
+    }
+
+    fn heartbeat(&mut self, details: Option<String>) -> wasmtime::Result<()> {
+        let details = match details {
+            None => None,
+            Some(text) if text.len() > self.max_details => {
+                return Err(wasmtime::Error::new(ContractViolation(format!(
+                    "heartbeat details of {} bytes exceed the limit of {} bytes",
+                    text.len(),
+                    self.max_details
+                ))));
+            }
+            Some(text) => Some(serde_json::from_str::<Value>(&text).map_err(|e| {
+                wasmtime::Error::new(ContractViolation(format!(
+                    "heartbeat details are not valid JSON: {e}"
+                )))
+            })?),
+        };
+        self.heartbeats += 1;
+        self.observer.heartbeat(self.heartbeats, details.as_ref());
+        Ok(())
+    }
+
+    fn is_cancelled(&mut self) -> wasmtime::Result<bool> {
+        Ok(self.cancel.is_cancelled())
+    }
+
+    fn log(&mut self, level: context::Level, message: String) -> wasmtime::Result<()> {
+        if !lock(&self.capture).admit(message.len()) {
+            return Ok(());
+        }
+        let level = match level {
+            context::Level::Trace => LogLevel::Trace,
+            context::Level::Debug => LogLevel::Debug,
+            context::Level::Info => LogLevel::Info,
+            context::Level::Warn => LogLevel::Warn,
+            context::Level::Error => LogLevel::Error,
+        };
+        let TaskLabels {
+            tenant,
+            activity_type,
+            activity_id,
+        } = &self.labels;
+        macro_rules! emit {
+            ($lvl:ident) => {
+                tracing::$lvl!(target: "corral::guest", %tenant, %activity_type, %activity_id, "{message}")
+            };
+        }
+        match level {
+            LogLevel::Trace => emit!(trace),
+            LogLevel::Debug => emit!(debug),
+            LogLevel::Info => emit!(info),
+            LogLevel::Warn => emit!(warn),
+            LogLevel::Error => emit!(error),
+        }
+        self.observer.log(level, &message);
+        Ok(())
+    }
+}

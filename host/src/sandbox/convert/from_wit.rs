@@ -1,0 +1,167 @@
+//! WIT values → JSON.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::{Map, Number, Value};
+use wasmtime::component::Val;
+use wasmtime::component::types::Type;
+
+use super::{ConvertError, JsonPath};
+
+/// Converts a value of type `ty` returned by a guest to JSON.
+pub fn to_json(ty: &Type, val: &Val) -> Result<Value, ConvertError> {
+    convert(ty, val, &mut JsonPath::default())
+}
+
+fn convert(ty: &Type, val: &Val, path: &mut JsonPath) -> Result<Value, ConvertError> {
+    Ok(match (ty, val) {
+        (_, Val::Bool(b)) => Value::Bool(*b),
+        (_, Val::S8(n)) => Value::from(*n),
+        (_, Val::U8(n)) => Value::from(*n),
+        (_, Val::S16(n)) => Value::from(*n),
+        (_, Val::U16(n)) => Value::from(*n),
+        (_, Val::S32(n)) => Value::from(*n),
+        (_, Val::U32(n)) => Value::from(*n),
+        (_, Val::S64(n)) => Value::from(*n),
+        (_, Val::U64(n)) => Value::from(*n),
+        (_, Val::Float32(f)) => float(f64::from(*f)),
+        (_, Val::Float64(f)) => float(*f),
+        (_, Val::Char(c)) => Value::String(c.to_string()),
+        (_, Val::String(s)) => Value::String(s.clone()),
+        (Type::List(list), Val::List(items)) => {
+            let element = list.ty();
+            if element == Type::U8 {
+                let bytes: Vec<u8> = items
+                    .iter()
+                    .map(|v| match v {
+                        Val::U8(b) => Ok(*b),
+                        _ => Err(path.error("list<u8> holds a value that is not a u8")),
+                    })
+                    .collect::<Result<_, _>>()?;
+                Value::String(BASE64.encode(bytes))
+            } else {
+                elements(&element, items, path)?
+            }
+        }
+        (Type::FixedLengthList(list), Val::FixedLengthList(items)) => {
+            elements(&list.ty(), items, path)?
+        }
+        (Type::Map(map), Val::Map(entries)) => {
+            let (key_ty, value_ty) = (map.key(), map.value());
+            if key_ty == Type::String {
+                let mut object = Map::new();
+                for (key, value) in entries {
+                    let Val::String(key) = key else {
+                        return Err(path.error("map<string, _> holds a key that is not a string"));
+                    };
+                    let value = path.field(key, |p| convert(&value_ty, value, p))?;
+                    object.insert(key.clone(), value);
+                }
+                Value::Object(object)
+            } else {
+                let mut pairs = Vec::with_capacity(entries.len());
+                for (i, (key, value)) in entries.iter().enumerate() {
+                    let pair = path.index(i, |p| {
+                        Ok::<_, ConvertError>(Value::Array(vec![
+                            p.index(0, |p| convert(&key_ty, key, p))?,
+                            p.index(1, |p| convert(&value_ty, value, p))?,
+                        ]))
+                    })?;
+                    pairs.push(pair);
+                }
+                Value::Array(pairs)
+            }
+        }
+        (Type::Record(record), Val::Record(fields)) => {
+            let mut object = Map::new();
+            for (field_ty, (name, value)) in record.fields().zip(fields) {
+                let value = path.field(name, |p| convert(&field_ty.ty, value, p))?;
+                object.insert(name.clone(), value);
+            }
+            Value::Object(object)
+        }
+        (Type::Tuple(tuple), Val::Tuple(items)) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, (ty, item)) in tuple.types().zip(items).enumerate() {
+                out.push(path.index(i, |p| convert(&ty, item, p))?);
+            }
+            Value::Array(out)
+        }
+        (Type::Variant(variant), Val::Variant(name, payload)) => {
+            let case_ty = variant
+                .cases()
+                .find(|c| c.name == name)
+                .and_then(|c| c.ty);
+            match (case_ty, payload) {
+                (Some(ty), Some(payload)) => {
+                    let value = path.field(name, |p| convert(&ty, payload, p))?;
+                    single(name, value)
+                }
+                _ => Value::String(name.clone()),
+            }
+        }
+        (_, Val::Enum(name)) => Value::String(name.clone()),
+        (Type::Option(option), Val::Option(value)) => match value {
+            Some(value) => convert(&option.ty(), value, path)?,
+            None => Value::Null,
+        },
+        (Type::Result(result), Val::Result(value)) => match value {
+            Ok(ok) => single("ok", payload(result.ok(), ok.as_deref(), path, "ok")?),
+            Err(err) => single("err", payload(result.err(), err.as_deref(), path, "err")?),
+        },
+        (_, Val::Flags(names)) => Value::Array(names.iter().cloned().map(Value::String).collect()),
+        (ty, _) => {
+            return Err(path.error(format!(
+                "the guest returned a value that cannot be represented as {}",
+                super::super::signature::render(ty)
+            )));
+        }
+    })
+}
+
+/// Converts the payload of a top-level `result` case: `null` when the case
+/// has no payload.
+pub fn payload_to_json(ty: Option<Type>, val: Option<&Val>) -> Result<Value, ConvertError> {
+    match (ty, val) {
+        (Some(ty), Some(val)) => convert(&ty, val, &mut JsonPath::default()),
+        _ => Ok(Value::Null),
+    }
+}
+
+/// Converts the payload of a nested result case, `null` when it has none.
+fn payload(
+    ty: Option<Type>,
+    val: Option<&Val>,
+    path: &mut JsonPath,
+    name: &str,
+) -> Result<Value, ConvertError> {
+    match (ty, val) {
+        (Some(ty), Some(val)) => path.field(name, |p| convert(&ty, val, p)),
+        _ => Ok(Value::Null),
+    }
+}
+
+fn elements(ty: &Type, items: &[Val], path: &mut JsonPath) -> Result<Value, ConvertError> {
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        out.push(path.index(i, |p| convert(ty, item, p))?);
+    }
+    Ok(Value::Array(out))
+}
+
+fn single(key: &str, value: Value) -> Value {
+    let mut object = Map::new();
+    object.insert(key.to_owned(), value);
+    Value::Object(object)
+}
+
+/// JSON has no NaN or infinities: they travel as the strings `"NaN"`,
+/// `"Infinity"` and `"-Infinity"`, which the input side accepts too.
+fn float(f: f64) -> Value {
+    match Number::from_f64(f) {
+        Some(n) => Value::Number(n),
+        None if f.is_nan() => Value::String("NaN".to_owned()),
+        None if f > 0.0 => Value::String("Infinity".to_owned()),
+        None => Value::String("-Infinity".to_owned()),
+    }
+}

@@ -1,0 +1,113 @@
+//! JSON ⇄ WIT value conversion driven by the function's own component types
+//! (no code generation in the host).
+//!
+//! | WIT | JSON |
+//! |---|---|
+//! | `bool`, integers, `f32`/`f64` | booleans and numbers (integers are range-checked; `"NaN"`, `"Infinity"`, `"-Infinity"` for non-finite floats) |
+//! | `char`, `string` | strings |
+//! | `list<u8>` | a base64 string (output), or a base64 string or an array of numbers (input) |
+//! | `list<T>`, `tuple<…>` | arrays |
+//! | `record` | objects with the WIT (kebab-case) field names; snake_case and camelCase accepted on input |
+//! | `variant` | `"case"` when the case has no payload, else `{"case": payload}` |
+//! | `enum` | the case name as a string |
+//! | `flags` | an array of flag names |
+//! | `option<T>` | `null` or the value |
+//! | `result<T, E>` (nested) | `{"ok": …}` or `{"err": …}` |
+//!
+//! Errors name the JSON path inside the value: `$.items[3].price: expected
+//! u32, got -1`.
+
+mod from_wit;
+mod to_wit;
+
+use std::fmt;
+
+pub use from_wit::{payload_to_json, to_json};
+pub use to_wit::from_json;
+
+/// A JSON value that does not fit its WIT type (or a WIT value that cannot be
+/// represented), with the path to the offending part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConvertError {
+    /// `$`, `$.items[3].price`, …
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConvertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+impl std::error::Error for ConvertError {}
+
+/// The JSON path being converted, grown and shrunk as conversion descends.
+#[derive(Debug, Default)]
+pub(crate) struct JsonPath(Vec<Segment>);
+
+#[derive(Debug)]
+enum Segment {
+    Field(String),
+    Index(usize),
+}
+
+impl JsonPath {
+    pub(crate) fn field<T>(&mut self, name: &str, f: impl FnOnce(&mut Self) -> T) -> T {
+        self.0.push(Segment::Field(name.to_owned()));
+        let out = f(self);
+        self.0.pop();
+        out
+    }
+
+    pub(crate) fn index<T>(&mut self, index: usize, f: impl FnOnce(&mut Self) -> T) -> T {
+        self.0.push(Segment::Index(index));
+        let out = f(self);
+        self.0.pop();
+        out
+    }
+
+    pub(crate) fn error(&self, message: impl Into<String>) -> ConvertError {
+        ConvertError {
+            path: self.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for JsonPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("$")?;
+        for segment in &self.0 {
+            match segment {
+                Segment::Field(name) => write!(f, ".{name}")?,
+                Segment::Index(i) => write!(f, "[{i}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a JSON key (or case name) written in kebab-case, snake_case or
+/// camelCase names the WIT identifier `wit` (always kebab-case).
+pub(crate) fn names_match(wit: &str, key: &str) -> bool {
+    if wit == key {
+        return true;
+    }
+    if key.contains('_') {
+        return key.len() == wit.len()
+            && key.chars().zip(wit.chars()).all(|(k, w)| k == w || (k == '_' && w == '-'));
+    }
+    // camelCase: every upper-case letter starts a new kebab-case word.
+    let mut kebab = String::with_capacity(wit.len());
+    for c in key.chars() {
+        if c.is_ascii_uppercase() && !kebab.is_empty() {
+            kebab.push('-');
+        }
+        kebab.push(c.to_ascii_lowercase());
+    }
+    kebab == wit
+}
+
+#[cfg(test)]
+mod tests;

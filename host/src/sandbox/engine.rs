@@ -1,0 +1,166 @@
+//! The wasmtime engine shared by every tenant: Cranelift, the pooling
+//! instance allocator, epoch interruption driven by a host ticker, and one
+//! linker holding every interface a guest may import.
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::context::{TaskState, add_context_to_linker};
+
+/// Host-wide settings of the sandbox. Per-tenant limits live in
+/// [`Limits`](super::Limits); these bound what any tenant can be given.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// Component instances alive at once, host-wide: the size of the pooling
+    /// allocator. Each in-flight task holds one.
+    pub max_instances: u32,
+    /// The largest linear memory any instance may have (the pool's slot
+    /// size); a tenant's memory limit above it is refused.
+    pub max_memory: u64,
+    /// The largest table any instance may have, in elements.
+    pub max_table_elements: u64,
+    /// Epoch tick: how often a busy guest yields to the runtime, and the
+    /// resolution of deadlines and cancellation.
+    pub epoch_tick: Duration,
+    /// Where compiled components are cached (`None`: compile every load).
+    pub cache_dir: Option<PathBuf>,
+    /// Native stack available to a guest before it traps with a stack
+    /// overflow.
+    pub max_wasm_stack: usize,
+    /// Whether fuel metering is compiled in (needed for per-tenant CPU
+    /// budgets; costs some speed).
+    pub fuel: bool,
+    /// Bytes of a freed linear memory kept resident for the next instance
+    /// (cheaper than faulting pages back in).
+    pub memory_keep_resident: usize,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            max_instances: 1000,
+            max_memory: 1 << 30,
+            max_table_elements: 100_000,
+            epoch_tick: Duration::from_millis(10),
+            cache_dir: None,
+            max_wasm_stack: 1 << 20,
+            fuel: true,
+            memory_keep_resident: 64 << 10,
+        }
+    }
+}
+
+/// The shared engine, linker and epoch ticker.
+pub struct Sandbox {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<TaskState>,
+    pub(crate) config: SandboxConfig,
+    _ticker: EpochTicker,
+}
+
+impl Sandbox {
+    /// Builds the engine and links WASI 0.2 and `corral:activity`.
+    pub fn new(config: SandboxConfig) -> Result<Arc<Sandbox>> {
+        if config.max_instances == 0 {
+            anyhow::bail!("sandbox: max_instances must be at least 1");
+        }
+        let n = config.max_instances;
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(n)
+            .total_stacks(n)
+            // A component is several core instances (componentize-py links
+            // a dozen shared libraries), usually sharing one memory.
+            .total_core_instances(n.saturating_mul(16))
+            .total_memories(n.saturating_mul(2))
+            .total_tables(n.saturating_mul(2))
+            .max_core_instances_per_component(200)
+            .max_memories_per_component(8)
+            .max_tables_per_component(8)
+            .max_memory_size(usize::try_from(config.max_memory).context("max_memory")?)
+            .table_elements(usize::try_from(config.max_table_elements).context("max_table_elements")?)
+            .max_component_instance_size(1 << 20)
+            .max_core_instance_size(1 << 20)
+            .linear_memory_keep_resident(config.memory_keep_resident)
+            .table_keep_resident(config.memory_keep_resident)
+            .async_stack_keep_resident(16 << 10);
+
+        let mut wasm = Config::new();
+        wasm.epoch_interruption(true)
+            .consume_fuel(config.fuel)
+            .wasm_backtrace_max_frames(NonZeroUsize::new(64))
+            .max_wasm_stack(config.max_wasm_stack)
+            .async_stack_size(config.max_wasm_stack + (512 << 10))
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&wasm).map_err(anyhow::Error::from).context("creating the wasmtime engine")?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(anyhow::Error::from)
+            .context("linking WASI 0.2")?;
+        add_context_to_linker::<TaskState, HasSelf<TaskState>>(&mut linker, |state| state)
+            .map_err(anyhow::Error::from)
+            .context("linking corral:activity/context")?;
+
+        if let Some(dir) = &config.cache_dir {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the compile cache `{}`", dir.display()))?;
+        }
+        let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)?;
+        Ok(Arc::new(Sandbox {
+            engine,
+            linker,
+            config,
+            _ticker: ticker,
+        }))
+    }
+
+    /// The host-wide configuration.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.config
+    }
+}
+
+/// Increments the engine's epoch every tick until dropped. Every running
+/// guest yields to the async runtime at each tick, which is what lets
+/// deadlines and cancellation end a guest stuck in a loop.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine, tick: Duration) -> Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("corral-epoch".into())
+            .spawn(move || {
+                while !stopping.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    engine.increment_epoch();
+                }
+            })
+            .context("starting the epoch ticker thread")?;
+        Ok(EpochTicker {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! Running one task: a fresh store and instance per task, limits applied,
+//! the call raced against its deadline and cancellation, and however it
+//! ends classified into an [`Outcome`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use wasmtime::component::Val;
+use wasmtime::component::types::{ResultType, Type};
+use wasmtime::{Store, UpdateDeadline};
+
+use super::capabilities::{Capabilities, PolicyError};
+use super::classify::{Evidence, classify};
+use super::component::LoadedComponent;
+use super::context::{TaskInfo, TaskState};
+use super::convert::{self, from_json, to_json};
+use super::engine::Sandbox;
+use super::failure::{Failure, FailureClass, Outcome, RetryPolicy};
+use super::limits::{Limiter, Limits, format_bytes};
+use super::observer::{Stream, TaskObserver, Unobserved};
+use super::stdio::{Capture, GuestOutput, TaskLabels, lock};
+
+/// A tenant's policy: its limits, capabilities and retry defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Tenant {
+    pub name: String,
+    pub limits: Limits,
+    pub capabilities: Capabilities,
+    pub retry: RetryPolicy,
+}
+
+/// One attempt of an activity to run.
+pub struct Task {
+    /// The activity type's full name (aliases already resolved).
+    pub activity_type: String,
+    /// One JSON value per WIT parameter.
+    pub args: Vec<Value>,
+    pub info: TaskInfo,
+    /// The engine's deadline for this attempt; the tighter of it and the
+    /// tenant's timeout applies.
+    pub deadline: Option<Duration>,
+    /// Cancelling makes `is-cancelled` true at once; after the tenant's
+    /// grace period the instance is interrupted.
+    pub cancel: CancellationToken,
+    pub observer: Arc<dyn TaskObserver>,
+}
+
+impl Task {
+    /// A first attempt with no engine deadline and nobody observing.
+    pub fn new(activity_type: impl Into<String>, args: Vec<Value>) -> Self {
+        Task {
+            activity_type: activity_type.into(),
+            args,
+            info: TaskInfo {
+                attempt: 1,
+                ..TaskInfo::default()
+            },
+            deadline: None,
+            cancel: CancellationToken::new(),
+            observer: Arc::new(Unobserved),
+        }
+    }
+}
+
+/// How the race between the guest, the deadline and cancellation ended.
+enum Ended {
+    Returned(wasmtime::Result<()>),
+    DeadlineReached(Duration),
+    Interrupted,
+}
+
+impl Sandbox {
+    /// Checks a tenant's policy against this host before any of its tasks
+    /// runs, so no policy error can surface mid-task.
+    pub fn check_tenant(&self, tenant: &Tenant) -> Result<(), PolicyError> {
+        tenant.capabilities.validate()?;
+        let limits = &tenant.limits;
+        if limits.memory > self.config.max_memory {
+            return Err(PolicyError(format!(
+                "tenant `{}`: memory limit {} is above the host's maximum of {}",
+                tenant.name,
+                format_bytes(limits.memory),
+                format_bytes(self.config.max_memory)
+            )));
+        }
+        if limits.table_elements > self.config.max_table_elements {
+            return Err(PolicyError(format!(
+                "tenant `{}`: table limit of {} elements is above the host's maximum of {}",
+                tenant.name, limits.table_elements, self.config.max_table_elements
+            )));
+        }
+        if limits.fuel.is_some() && !self.config.fuel {
+            return Err(PolicyError(format!(
+                "tenant `{}` has a fuel budget but the host runs without fuel metering",
+                tenant.name
+            )));
+        }
+        if limits.timeout == Some(Duration::ZERO) {
+            return Err(PolicyError(format!("tenant `{}`: timeout must be above zero", tenant.name)));
+        }
+        Ok(())
+    }
+
+    /// Runs one task to its classified outcome. Never panics on anything a
+    /// guest or its input can do; the instance is gone when this returns.
+    pub async fn execute(&self, component: &LoadedComponent, tenant: &Tenant, task: Task) -> Outcome {
+        let policy = &tenant.retry;
+        let limits = &tenant.limits;
+        let Some(activity) = component.activity(&task.activity_type) else {
+            let known: Vec<&str> = component.activities.iter().map(|a| a.name.as_str()).collect();
+            return Err(Failure::new(
+                FailureClass::UnknownActivity,
+                policy,
+                format!(
+                    "no activity type `{}` in component {} (it has: {})",
+                    task.activity_type,
+                    component.digest,
+                    known.join(", ")
+                ),
+            ));
+        };
+        let invalid_input = |message: String| Failure::new(FailureClass::InvalidInput, policy, message);
+        if task.args.len() != activity.params.len() {
+            return Err(invalid_input(format!(
+                "`{}` takes {} argument(s), {}, but got {}",
+                activity.name,
+                activity.params.len(),
+                activity.signature(),
+                task.args.len()
+            )));
+        }
+        let input_size: usize = task.args.iter().map(|a| a.to_string().len()).sum();
+        if input_size > limits.max_input {
+            return Err(invalid_input(format!(
+                "the input is {input_size} bytes, over the limit of {} bytes",
+                limits.max_input
+            )));
+        }
+        let mut params = Vec::with_capacity(task.args.len());
+        for ((name, ty), arg) in activity.params.iter().zip(&task.args) {
+            match from_json(ty, arg) {
+                Ok(val) => params.push(val),
+                Err(e) => return Err(invalid_input(format!("parameter `{name}`: {e}"))),
+            }
+        }
+
+        let timeout = match (task.deadline, limits.timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let labels = TaskLabels {
+            tenant: tenant.name.clone(),
+            activity_type: activity.name.clone(),
+            activity_id: task.info.activity_id.clone(),
+        };
+        let capture = Capture::new(labels.clone(), task.observer.clone(), limits.max_stdio);
+        let wasi = match tenant.capabilities.wasi_ctx(
+            GuestOutput::new(Stream::Stdout, &capture),
+            GuestOutput::new(Stream::Stderr, &capture),
+        ) {
+            Ok(wasi) => wasi,
+            Err(e) => return Err(Failure::new(FailureClass::Host, policy, e.0)),
+        };
+        let deadline_unix_ms = timeout.map(|t| {
+            (SystemTime::now() + t)
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+        });
+        let state = TaskState::new(
+            wasi,
+            Limiter::new(limits),
+            capture.clone(),
+            &activity.name,
+            &task.info,
+            deadline_unix_ms,
+            task.cancel.clone(),
+            task.observer.clone(),
+            limits.max_output,
+            labels,
+        );
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        if self.config.fuel {
+            let fuel = limits.fuel.unwrap_or(u64::MAX);
+            if let Err(e) = store.set_fuel(fuel) {
+                return Err(Failure::new(FailureClass::Host, policy, format!("setting fuel: {e:#}")));
+            }
+        }
+        // Yield to the runtime at every epoch tick: this is what lets the
+        // deadline and cancellation below end a guest that never returns,
+        // and keeps one busy guest from starving everything else.
+        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        store.set_epoch_deadline(1);
+
+        let mut results = vec![Val::Bool(false); usize::from(activity.result.is_some())];
+        let started = Instant::now();
+        let ended = {
+            let call = async {
+                let instance = component.pre.instantiate_async(&mut store).await?;
+                let func = instance
+                    .get_func(&mut store, activity.export)
+                    .ok_or_else(|| wasmtime::Error::msg(format!("export `{}` vanished", activity.name)))?;
+                func.call_async(&mut store, &params, &mut results).await
+            };
+            let deadline = async {
+                match timeout {
+                    Some(t) => tokio::time::sleep_until((started + t).into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let interrupt = async {
+                task.cancel.cancelled().await;
+                tokio::time::sleep(limits.cancel_grace).await;
+            };
+            tokio::select! {
+                biased;
+                returned = call => Ended::Returned(returned),
+                () = deadline => Ended::DeadlineReached(timeout.unwrap_or_default()),
+                () = interrupt => Ended::Interrupted,
+            }
+        };
+        lock(&capture).finish();
+
+        match ended {
+            Ended::Returned(Ok(())) => {
+                let outcome = result_to_outcome(activity.result.as_ref(), results.first(), limits, policy);
+                match outcome {
+                    Err(failure) if task.cancel.is_cancelled() && failure.class == FailureClass::Application => {
+                        Err(Failure {
+                            class: FailureClass::Cancelled,
+                            kind: FailureClass::Cancelled.as_str().to_owned(),
+                            retryable: policy.retryable(FailureClass::Cancelled),
+                            message: format!("cancelled; the guest stopped: {}", failure.message),
+                            details: failure.details,
+                        })
+                    }
+                    other => other,
+                }
+            }
+            Ended::Returned(Err(error)) => {
+                let tail = lock(&capture).stderr_tail();
+                let evidence = Evidence {
+                    breach: store.data().limiter.breach.as_ref(),
+                    fuel: limits.fuel,
+                    stderr_tail: tail,
+                };
+                Err(classify(&error, &evidence, policy))
+            }
+            Ended::DeadlineReached(limit) => Err(Failure::new(
+                FailureClass::Timeout,
+                policy,
+                format!("the attempt ran past its deadline of {limit:?} and was interrupted"),
+            )
+            .with_details(json!({ "limit": "timeout", "value_ms": limit.as_millis() as u64 }))),
+            Ended::Interrupted => Err(Failure::new(
+                FailureClass::Cancelled,
+                policy,
+                format!(
+                    "cancelled; the guest did not stop within the {:?} grace period and was interrupted",
+                    limits.cancel_grace
+                ),
+            )),
+        }
+    }
+}
+
+/// Turns what the guest returned into the outcome.
+fn result_to_outcome(ty: Option<&Type>, val: Option<&Val>, limits: &Limits, policy: &RetryPolicy) -> Outcome {
+    let invalid = |message: String| Failure::new(FailureClass::InvalidOutput, policy, message);
+    let value = match (ty, val) {
+        (None, _) => Value::Null,
+        (Some(Type::Result(result)), Some(Val::Result(returned))) => match returned {
+            Ok(ok) => convert::payload_to_json(result.ok(), ok.as_deref())
+                .map_err(|e| invalid(format!("the result {e}")))?,
+            Err(err) => return Err(guest_failure(result, err.as_deref(), limits, policy)),
+        },
+        (Some(ty), Some(val)) => to_json(ty, val).map_err(|e| invalid(format!("the result {e}")))?,
+        (Some(_), None) => return Err(invalid("the guest returned no result".into())),
+    };
+    let size = value.to_string().len();
+    if size > limits.max_output {
+        return Err(invalid(format!(
+            "the result is {size} bytes, over the limit of {} bytes",
+            limits.max_output
+        )));
+    }
+    Ok(value)
+}
+
+/// A guest's `err(...)`: the `corral:activity/types.failure` record keeps
+/// the guest's kind, retryable flag and details; any other error type is a
+/// retryable `Application` failure with the error value as details.
+fn guest_failure(result: &ResultType, err: Option<&Val>, limits: &Limits, policy: &RetryPolicy) -> Failure {
+    if let Some(Val::Record(fields)) = err {
+        if let Some(failure) = failure_record(fields) {
+            let size = failure.message.len() + failure.details.as_ref().map_or(0, |d| d.to_string().len());
+            if size > limits.max_output {
+                return Failure::new(
+                    FailureClass::InvalidOutput,
+                    policy,
+                    format!("the guest's failure is {size} bytes, over the limit of {} bytes", limits.max_output),
+                );
+            }
+            return failure;
+        }
+    }
+    let details = match convert::payload_to_json(result.err(), err) {
+        Ok(details) => details,
+        Err(e) => {
+            return Failure::new(FailureClass::InvalidOutput, policy, format!("the error value {e}"));
+        }
+    };
+    let mut shown = details.to_string();
+    if shown.len() > 200 {
+        shown = format!("{}…", shown.chars().take(200).collect::<String>());
+    }
+    Failure::new(
+        FailureClass::Application,
+        policy,
+        format!("the activity returned an error: {shown}"),
+    )
+    .with_details(details)
+}
+
+/// Reads a `corral:activity/types.failure` record (matched by shape).
+fn failure_record(fields: &[(String, Val)]) -> Option<Failure> {
+    let [
+        (message_name, Val::String(message)),
+        (kind_name, Val::String(kind)),
+        (retryable_name, Val::Bool(retryable)),
+        (details_name, Val::Option(details)),
+    ] = fields
+    else {
+        return None;
+    };
+    if (message_name.as_str(), kind_name.as_str(), retryable_name.as_str(), details_name.as_str())
+        != ("message", "kind", "retryable", "details")
+    {
+        return None;
+    }
+    let details = match details.as_deref() {
+        None => None,
+        Some(Val::String(text)) => {
+            Some(serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())))
+        }
+        Some(_) => return None,
+    };
+    Some(Failure {
+        class: FailureClass::Application,
+        kind: if kind.is_empty() { "Application".to_owned() } else { kind.clone() },
+        retryable: *retryable,
+        message: message.clone(),
+        details,
+    })
+}

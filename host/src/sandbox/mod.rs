@@ -1,0 +1,26 @@
+//! The sandbox: loads components and runs each task in a fresh, limited,
+//! capability-less instance, turning every way it can end into a classified
+//! [`Outcome`]. Nothing here knows which engine a task came from.
+
+mod capabilities;
+mod classify;
+mod component;
+mod context;
+pub mod convert;
+mod engine;
+mod execute;
+mod failure;
+mod limits;
+mod observer;
+mod signature;
+mod stdio;
+
+pub use capabilities::{Capabilities, DirGrant, DirMode, PolicyError};
+pub use component::{LoadError, LoadedComponent};
+pub use context::TaskInfo;
+pub use engine::{Sandbox, SandboxConfig};
+pub use execute::{Task, Tenant};
+pub use failure::{Failure, FailureClass, Outcome, RetryPolicy};
+pub use limits::{Limits, format_bytes, parse_bytes, parse_duration};
+pub use observer::{LogLevel, Stream, TaskObserver, Unobserved};
+pub use signature::{ActivityDescription, ActivityType, ParamDescription, UnsupportedExport, render};

@@ -1,0 +1,249 @@
+//! Guest stdout/stderr: split into lines, tagged with tenant, activity type
+//! and activity id, sent to `tracing` and the task's observer. Each task has
+//! one byte budget for both streams; what exceeds it is dropped and counted,
+//! never buffered, so a log flood costs the host nothing but the count.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tokio::io::AsyncWrite;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+
+use super::observer::{Stream, TaskObserver};
+
+/// Longest line kept whole; longer lines are split.
+const MAX_LINE: usize = 4096;
+/// How much of stderr's end is kept to explain a panic.
+const STDERR_TAIL: usize = 2048;
+
+/// Who is writing, for log fields.
+#[derive(Debug, Clone, Default)]
+pub struct TaskLabels {
+    pub tenant: String,
+    pub activity_type: String,
+    pub activity_id: String,
+}
+
+/// The budget and bookkeeping shared by both streams of one task.
+pub(crate) struct Capture {
+    labels: TaskLabels,
+    observer: Arc<dyn TaskObserver>,
+    budget: usize,
+    dropped: u64,
+    lines: [Vec<u8>; 2],
+    stderr_tail: VecDeque<u8>,
+}
+
+impl Capture {
+    pub(crate) fn new(labels: TaskLabels, observer: Arc<dyn TaskObserver>, budget: usize) -> Arc<Mutex<Capture>> {
+        Arc::new(Mutex::new(Capture {
+            labels,
+            observer,
+            budget,
+            dropped: 0,
+            lines: [Vec::new(), Vec::new()],
+            stderr_tail: VecDeque::new(),
+        }))
+    }
+
+    fn write(&mut self, stream: Stream, bytes: &[u8]) {
+        let kept = bytes.len().min(self.budget);
+        self.budget -= kept;
+        self.dropped += (bytes.len() - kept) as u64;
+        let bytes = &bytes[..kept];
+        if stream == Stream::Stderr {
+            self.stderr_tail.extend(bytes);
+            let excess = self.stderr_tail.len().saturating_sub(STDERR_TAIL);
+            self.stderr_tail.drain(..excess);
+        }
+        for &b in bytes {
+            let line = &mut self.lines[stream as usize];
+            if b == b'\n' || line.len() >= MAX_LINE {
+                let text = String::from_utf8_lossy(line).into_owned();
+                line.clear();
+                self.emit(stream, &text);
+                if b == b'\n' {
+                    continue;
+                }
+            }
+            self.lines[stream as usize].push(b);
+        }
+    }
+
+    fn emit(&self, stream: Stream, line: &str) {
+        let TaskLabels {
+            tenant,
+            activity_type,
+            activity_id,
+        } = &self.labels;
+        tracing::info!(target: "corral::guest", %tenant, %activity_type, %activity_id, %stream, "{line}");
+        self.observer.output(stream, line);
+    }
+
+    /// Emits unterminated lines and reports dropped output. Called once when
+    /// the task ends.
+    pub(crate) fn finish(&mut self) {
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let line = std::mem::take(&mut self.lines[stream as usize]);
+            if !line.is_empty() {
+                self.emit(stream, &String::from_utf8_lossy(&line));
+            }
+        }
+        if self.dropped > 0 {
+            let TaskLabels {
+                tenant,
+                activity_type,
+                activity_id,
+            } = &self.labels;
+            tracing::warn!(
+                target: "corral::guest", %tenant, %activity_type, %activity_id,
+                dropped_bytes = self.dropped,
+                "guest output over its budget: {} bytes dropped", self.dropped
+            );
+            self.observer.output_dropped(self.dropped);
+        }
+    }
+
+    /// Takes `len` bytes of the budget for a log line; `false` (and the bytes
+    /// counted as dropped) when the budget cannot cover it.
+    pub(crate) fn admit(&mut self, len: usize) -> bool {
+        if len <= self.budget {
+            self.budget -= len;
+            true
+        } else {
+            self.dropped += len as u64;
+            false
+        }
+    }
+
+    /// The last lines the guest wrote to stderr (a panic message, typically).
+    pub(crate) fn stderr_tail(&self) -> String {
+        let bytes: Vec<u8> = self.stderr_tail.iter().copied().collect();
+        String::from_utf8_lossy(&bytes).trim_end().to_owned()
+    }
+}
+
+/// One of a task's two output streams, as WASI sees it.
+#[derive(Clone)]
+pub(crate) struct GuestOutput {
+    stream: Stream,
+    capture: Arc<Mutex<Capture>>,
+}
+
+impl GuestOutput {
+    pub(crate) fn new(stream: Stream, capture: &Arc<Mutex<Capture>>) -> Self {
+        GuestOutput {
+            stream,
+            capture: capture.clone(),
+        }
+    }
+
+    fn write_all(&self, bytes: &[u8]) {
+        lock(&self.capture).write(self.stream, bytes);
+    }
+}
+
+/// The capture lock is never held across a call that can panic, so a
+/// poisoned lock still holds consistent data.
+pub(crate) fn lock(capture: &Mutex<Capture>) -> MutexGuard<'_, Capture> {
+    capture.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl IsTerminal for GuestOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestOutput {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[async_trait::async_trait]
+impl OutputStream for GuestOutput {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.write_all(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    /// Always ready: what exceeds the budget is dropped, not pushed back on
+    /// the guest.
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for GuestOutput {
+    async fn ready(&mut self) {}
+}
+
+impl AsyncWrite for GuestOutput {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.write_all(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Lines(Mutex<Vec<(Stream, String)>>, Mutex<u64>);
+
+    impl TaskObserver for Lines {
+        fn output(&self, stream: Stream, line: &str) {
+            self.0.lock().unwrap().push((stream, line.to_owned()));
+        }
+
+        fn output_dropped(&self, bytes: u64) {
+            *self.1.lock().unwrap() += bytes;
+        }
+    }
+
+    #[test]
+    fn lines_are_split_budgeted_and_the_excess_counted() {
+        let lines = Arc::new(Lines::default());
+        let capture = Capture::new(TaskLabels::default(), lines.clone(), 16);
+        let out = GuestOutput::new(Stream::Stdout, &capture);
+        let err = GuestOutput::new(Stream::Stderr, &capture);
+        out.write_all(b"hello\nwor");
+        err.write_all(b"oops\n");
+        out.write_all(b"ld\nthis is dropped\n");
+        lock(&capture).finish();
+        let seen = lines.0.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            vec![
+                (Stream::Stdout, "hello".to_owned()),
+                (Stream::Stderr, "oops".to_owned()),
+                (Stream::Stdout, "world".to_owned()),
+            ]
+        );
+        assert_eq!(*lines.1.lock().unwrap(), 17);
+        assert_eq!(lock(&capture).stderr_tail(), "oops");
+    }
+}
