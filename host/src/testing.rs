@@ -1,1 +1,453 @@
+//! The host test harness: the same sandbox, limits and failure
+//! classification as production, with no engine. Activity authors (and
+//! corral's own tests) load a component, run activities with JSON arguments,
+//! inject cancellation or deadlines, and read back the outcome, heartbeats,
+//! log lines and output.
+//!
+//! ```no_run
+//! use corral::sandbox::FailureClass;
+//! use corral::testing::TestHost;
+//! use serde_json::json;
+//! use std::time::Duration;
+//!
+//! # async fn example() -> anyhow::Result<()> {
+//! let host = TestHost::builder()
+//!     .memory(64 << 20)
+//!     .timeout(Duration::from_secs(5))
+//!     .build()?;
+//! let greeter = host.load_file("examples/dist/greeter.wasm")?;
+//! for activity in greeter.activity_types() {
+//!     println!("{}: {}", activity.name, activity.signature());
+//! }
+//!
+//! let run = greeter
+//!     .call("demo:greeter/api.greet")
+//!     .arg(json!({ "name": "Ada", "language": "english" }))
+//!     .arg(json!("casual"))
+//!     .run()
+//!     .await;
+//! assert_eq!(run.expect_ok()["message"], "Hi, Ada!");
+//!
+//! // Cancel a long activity at its third heartbeat.
+//! let progress = host.load_file("examples/dist/progress.wasm")?;
+//! let run = progress
+//!     .call("demo:progress/api.count-to")
+//!     .args([json!(100), json!(10)])
+//!     .cancel_at_heartbeat(3)
+//!     .run()
+//!     .await;
+//! assert_eq!(run.expect_failure(FailureClass::Cancelled).class, FailureClass::Cancelled);
+//! assert_eq!(run.heartbeats.len(), 3);
+//! # Ok(())
+//! # }
+//! ```
 
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::sandbox::{
+    ActivityType, DirGrant, DirMode, Failure, FailureClass, LoadError, LoadedComponent, LogLevel,
+    Outcome, Sandbox, SandboxConfig, Stream, Task, TaskInfo, TaskObserver, Tenant,
+};
+
+/// Builds a [`TestHost`]. Defaults are the production defaults of
+/// [`Limits`](crate::sandbox::Limits) and [`SandboxConfig`] with a small
+/// instance pool, no compile cache and tenant `test`.
+pub struct TestHostBuilder {
+    config: SandboxConfig,
+    tenant: Tenant,
+}
+
+impl TestHostBuilder {
+    /// Linear memory per instance, in bytes.
+    pub fn memory(mut self, bytes: u64) -> Self {
+        self.tenant.limits.memory = bytes;
+        self
+    }
+
+    /// Wall-clock deadline per attempt.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.tenant.limits.timeout = Some(timeout);
+        self
+    }
+
+    /// No host deadline at all.
+    pub fn no_timeout(mut self) -> Self {
+        self.tenant.limits.timeout = None;
+        self
+    }
+
+    /// CPU budget per attempt, in fuel units.
+    pub fn fuel(mut self, fuel: u64) -> Self {
+        self.tenant.limits.fuel = Some(fuel);
+        self
+    }
+
+    /// Grants a host directory at `guest` (an absolute guest path).
+    pub fn dir(mut self, host: impl Into<PathBuf>, guest: &str, mode: DirMode) -> Self {
+        self.tenant.capabilities.dirs.push(DirGrant {
+            host: host.into(),
+            guest: guest.to_owned(),
+            mode,
+        });
+        self
+    }
+
+    /// Adds an environment variable to the guest's (otherwise empty)
+    /// environment.
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.tenant.capabilities.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Largest total JSON input, in bytes.
+    pub fn max_input(mut self, bytes: usize) -> Self {
+        self.tenant.limits.max_input = bytes;
+        self
+    }
+
+    /// Largest JSON result (and heartbeat details), in bytes.
+    pub fn max_output(mut self, bytes: usize) -> Self {
+        self.tenant.limits.max_output = bytes;
+        self
+    }
+
+    /// Guest stdout + stderr + log bytes kept per task.
+    pub fn max_stdio(mut self, bytes: usize) -> Self {
+        self.tenant.limits.max_stdio = bytes;
+        self
+    }
+
+    /// How long a cancelled guest may take to stop before it is interrupted.
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.tenant.limits.cancel_grace = grace;
+        self
+    }
+
+    /// The tenant name the guest sees in `info()`.
+    pub fn tenant(mut self, name: &str) -> Self {
+        self.tenant.name = name.to_owned();
+        self
+    }
+
+    /// Overrides the retryable default of a failure class.
+    pub fn retry(mut self, class: FailureClass, retryable: bool) -> Self {
+        self.tenant.retry.set(class, retryable);
+        self
+    }
+
+    /// Instances alive at once (the pool size).
+    pub fn max_instances(mut self, instances: u32) -> Self {
+        self.config.max_instances = instances;
+        self
+    }
+
+    /// Caches compiled components in `dir`.
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Builds the host, validating the tenant's policy.
+    pub fn build(self) -> anyhow::Result<TestHost> {
+        let sandbox = Sandbox::new(self.config)?;
+        sandbox.check_tenant(&self.tenant)?;
+        Ok(TestHost {
+            sandbox,
+            tenant: Arc::new(self.tenant),
+        })
+    }
+}
+
+/// A sandbox and one tenant, for tests.
+pub struct TestHost {
+    sandbox: Arc<Sandbox>,
+    tenant: Arc<Tenant>,
+}
+
+impl TestHost {
+    pub fn builder() -> TestHostBuilder {
+        TestHostBuilder {
+            config: SandboxConfig {
+                max_instances: 128,
+                ..SandboxConfig::default()
+            },
+            tenant: Tenant {
+                name: "test".to_owned(),
+                ..Tenant::default()
+            },
+        }
+    }
+
+    /// Loads a component file.
+    pub fn load_file(&self, path: impl AsRef<Path>) -> Result<TestComponent, LoadError> {
+        let component = self.sandbox.load_file(path.as_ref())?;
+        Ok(self.wrap(component))
+    }
+
+    /// Loads a component from bytes.
+    pub fn load_bytes(&self, bytes: &[u8]) -> Result<TestComponent, LoadError> {
+        let component = self.sandbox.load(bytes)?;
+        Ok(self.wrap(component))
+    }
+
+    fn wrap(&self, component: Arc<LoadedComponent>) -> TestComponent {
+        TestComponent {
+            sandbox: self.sandbox.clone(),
+            tenant: self.tenant.clone(),
+            component,
+        }
+    }
+
+    /// The underlying sandbox.
+    pub fn sandbox(&self) -> &Arc<Sandbox> {
+        &self.sandbox
+    }
+}
+
+/// A loaded component, cheap to clone (e.g. into spawned tasks).
+#[derive(Clone)]
+pub struct TestComponent {
+    sandbox: Arc<Sandbox>,
+    tenant: Arc<Tenant>,
+    component: Arc<LoadedComponent>,
+}
+
+impl TestComponent {
+    /// The component's activity types.
+    pub fn activity_types(&self) -> &[ActivityType] {
+        &self.component.activities
+    }
+
+    /// The loaded component (digest, imports, unsupported exports, cache
+    /// status).
+    pub fn loaded(&self) -> &LoadedComponent {
+        &self.component
+    }
+
+    /// Starts describing a call of `activity_type`.
+    pub fn call(&self, activity_type: &str) -> Call {
+        Call {
+            component: self.clone(),
+            activity_type: activity_type.to_owned(),
+            args: Vec::new(),
+            info: TaskInfo {
+                tenant: self.tenant.name.clone(),
+                activity_id: "test-activity".to_owned(),
+                attempt: 1,
+                ..TaskInfo::default()
+            },
+            deadline: None,
+            cancel_after: None,
+            cancel_at_heartbeat: None,
+            cancel: CancellationToken::new(),
+        }
+    }
+}
+
+/// One activity call being set up; [`Call::run`] executes it.
+pub struct Call {
+    component: TestComponent,
+    activity_type: String,
+    args: Vec<Value>,
+    info: TaskInfo,
+    deadline: Option<Duration>,
+    cancel_after: Option<Duration>,
+    cancel_at_heartbeat: Option<u32>,
+    cancel: CancellationToken,
+}
+
+impl Call {
+    /// Appends the JSON value of the next parameter.
+    pub fn arg(mut self, value: Value) -> Self {
+        self.args.push(value);
+        self
+    }
+
+    /// Appends several parameters.
+    pub fn args(mut self, values: impl IntoIterator<Item = Value>) -> Self {
+        self.args.extend(values);
+        self
+    }
+
+    /// The attempt number the guest sees (1 by default).
+    pub fn attempt(mut self, attempt: u32) -> Self {
+        self.info.attempt = attempt;
+        self
+    }
+
+    /// The previous attempt's last heartbeat details.
+    pub fn last_heartbeat(mut self, details: Value) -> Self {
+        self.info.last_heartbeat = Some(details);
+        self
+    }
+
+    /// The activity id the guest sees.
+    pub fn activity_id(mut self, id: &str) -> Self {
+        self.info.activity_id = id.to_owned();
+        self
+    }
+
+    /// An engine deadline for this attempt (the tighter of it and the
+    /// tenant's timeout applies).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Cancels the task this long after it starts.
+    pub fn cancel_after(mut self, delay: Duration) -> Self {
+        self.cancel_after = Some(delay);
+        self
+    }
+
+    /// Cancels the task when the guest sends its `n`-th heartbeat (1-based),
+    /// before the heartbeat call returns to the guest.
+    pub fn cancel_at_heartbeat(mut self, n: u32) -> Self {
+        self.cancel_at_heartbeat = Some(n);
+        self
+    }
+
+    /// A token that cancels the task when cancelled (from anywhere).
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// Runs the call to its outcome.
+    pub async fn run(self) -> TestRun {
+        let recorder = Arc::new(Recorder {
+            seen: Mutex::new(Seen::default()),
+            cancel_at: self.cancel_at_heartbeat.map(|n| (n, self.cancel.clone())),
+        });
+        if let Some(delay) = self.cancel_after {
+            let token = self.cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                token.cancel();
+            });
+        }
+        let task = Task {
+            activity_type: self.activity_type,
+            args: self.args,
+            info: self.info,
+            deadline: self.deadline,
+            cancel: self.cancel,
+            observer: recorder.clone(),
+        };
+        let started = Instant::now();
+        let c = &self.component;
+        let outcome = c.sandbox.execute(&c.component, &c.tenant, task).await;
+        let elapsed = started.elapsed();
+        let seen = std::mem::take(&mut *recorder.seen.lock().unwrap_or_else(|p| p.into_inner()));
+        TestRun {
+            outcome,
+            heartbeats: seen.heartbeats,
+            logs: seen.logs,
+            output: seen.output,
+            dropped_output: seen.dropped,
+            elapsed,
+        }
+    }
+}
+
+/// A guest log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub level: LogLevel,
+    pub message: String,
+}
+
+/// What one call produced.
+#[derive(Debug)]
+pub struct TestRun {
+    pub outcome: Outcome,
+    /// Details of each heartbeat, in order.
+    pub heartbeats: Vec<Option<Value>>,
+    /// Lines logged through `corral:activity/context.log`.
+    pub logs: Vec<LogLine>,
+    /// Lines written to stdout and stderr (within the budget).
+    pub output: Vec<(Stream, String)>,
+    /// Bytes of output and logs dropped over the budget.
+    pub dropped_output: u64,
+    pub elapsed: Duration,
+}
+
+impl TestRun {
+    /// The result, if the call succeeded.
+    pub fn result(&self) -> Option<&Value> {
+        self.outcome.as_ref().ok()
+    }
+
+    /// The failure, if the call failed.
+    pub fn failure(&self) -> Option<&Failure> {
+        self.outcome.as_ref().err()
+    }
+
+    /// The result; panics with the failure if the call failed.
+    #[track_caller]
+    pub fn expect_ok(&self) -> &Value {
+        match &self.outcome {
+            Ok(value) => value,
+            Err(failure) => panic!("expected success, got {failure}"),
+        }
+    }
+
+    /// The failure; panics unless the call failed with `class`.
+    #[track_caller]
+    pub fn expect_failure(&self, class: FailureClass) -> &Failure {
+        match &self.outcome {
+            Err(failure) if failure.class == class => failure,
+            Err(failure) => panic!("expected a {class} failure, got {failure}"),
+            Ok(value) => panic!("expected a {class} failure, got success: {value}"),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Seen {
+    heartbeats: Vec<Option<Value>>,
+    logs: Vec<LogLine>,
+    output: Vec<(Stream, String)>,
+    dropped: u64,
+}
+
+struct Recorder {
+    seen: Mutex<Seen>,
+    cancel_at: Option<(u32, CancellationToken)>,
+}
+
+impl Recorder {
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl TaskObserver for Recorder {
+    fn heartbeat(&self, count: u32, details: Option<&Value>) {
+        self.seen().heartbeats.push(details.cloned());
+        if let Some((n, token)) = &self.cancel_at {
+            if count >= *n {
+                token.cancel();
+            }
+        }
+    }
+
+    fn log(&self, level: LogLevel, message: &str) {
+        self.seen().logs.push(LogLine {
+            level,
+            message: message.to_owned(),
+        });
+    }
+
+    fn output(&self, stream: Stream, line: &str) {
+        self.seen().output.push((stream, line.to_owned()));
+    }
+
+    fn output_dropped(&self, bytes: u64) {
+        self.seen().dropped += bytes;
+    }
+}

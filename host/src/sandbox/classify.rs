@@ -50,7 +50,7 @@ pub(crate) fn classify(error: &wasmtime::Error, evidence: &Evidence<'_>, policy:
         return Failure::new(
             FailureClass::Trap,
             policy,
-            format!("the guest called exit({}) instead of returning", exit.0),
+            format!("the guest called exit (status {}) instead of returning", exit.0),
         )
         .with_details(json!({ "exit_code": exit.0 }));
     }
@@ -83,8 +83,12 @@ pub(crate) fn classify(error: &wasmtime::Error, evidence: &Evidence<'_>, policy:
         }
         Some(trap) => {
             let what = match trap {
-                Trap::StackOverflow => "the guest overflowed its stack (runaway recursion?)".to_owned(),
+                Trap::StackOverflow => "the guest overflowed its stack".to_owned(),
                 other => format!("the guest trapped: {other}"),
+            };
+            let what = match recursion(&frames) {
+                Some(function) => format!("{what} (runaway recursion in `{function}`?)"),
+                None => what,
             };
             Failure::new(FailureClass::Trap, policy, format!("{what}{location}"))
                 .with_details(with_trace(json!({ "trap": format!("{trap:?}") })))
@@ -114,6 +118,14 @@ fn backtrace(error: &wasmtime::Error) -> Vec<String> {
         .collect()
 }
 
+/// The function filling the whole backtrace, when every recorded frame is
+/// the same one: the signature of unbounded recursion (a Rust guest's shadow
+/// stack runs out as an out-of-bounds access, not a stack overflow).
+fn recursion(frames: &[String]) -> Option<&str> {
+    let first = frames.first()?;
+    (frames.len() >= MAX_FRAMES && frames.iter().all(|f| f == first)).then_some(first.as_str())
+}
+
 /// Frames of the language runtime (panic and abort machinery), skipped when
 /// naming where a guest failed.
 fn is_runtime_frame(name: &str) -> bool {
@@ -124,7 +136,17 @@ fn is_runtime_frame(name: &str) -> bool {
     RUNTIME.iter().any(|prefix| name.starts_with(prefix))
 }
 
+/// The last `n` meaningful lines of a guest's stderr, joined. Rust's
+/// "note: run with `RUST_BACKTRACE=1`" hint is dropped: it cannot apply.
 fn last_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+        .map(|l| match l.strip_prefix("thread '") {
+            Some(rest) => rest.split_once(") ").map_or(l, |(_, msg)| msg),
+            None => l,
+        })
+        .collect();
     lines[lines.len().saturating_sub(n)..].join(" | ")
 }

@@ -1,0 +1,59 @@
+//! `corral inspect <file.wasm> [--json]`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::json;
+
+use corral::sandbox::Sandbox;
+
+use super::{CacheArgs, usage_error};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The component file.
+    file: PathBuf,
+    /// Print `{"activities":[{"name","params":[{"name","type"}],"result"}],"imports":[…]}`.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+pub fn inspect(args: Args) -> ExitCode {
+    let sandbox = match Sandbox::new(args.cache.sandbox_config()) {
+        Ok(sandbox) => sandbox,
+        Err(e) => return usage_error(format!("{e:#}")),
+    };
+    let component = match sandbox.load_file(&args.file) {
+        Ok(component) => component,
+        Err(e) => return usage_error(format!("cannot load `{}`: {e}", args.file.display())),
+    };
+    if args.json {
+        let activities: Vec<_> = component.activities.iter().map(|a| a.describe()).collect();
+        let doc = json!({
+            "digest": component.digest,
+            "activities": activities,
+            "unsupported": component.unsupported,
+            "imports": component.imports,
+        });
+        println!("{doc}");
+        return ExitCode::SUCCESS;
+    }
+    println!("{} ({})", args.file.display(), component.digest);
+    println!("activity types:");
+    for activity in &component.activities {
+        println!("  {}: {}", activity.name, activity.signature());
+    }
+    if !component.unsupported.is_empty() {
+        println!("exports that cannot run as activities:");
+        for u in &component.unsupported {
+            println!("  {}: {}", u.name, u.reason);
+        }
+    }
+    println!("imports:");
+    for import in &component.imports {
+        println!("  {import}");
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,93 @@
+//! `corral` subcommands. Exit codes are a contract scripts rely on: 0
+//! success, 1 the activity failed (a classified failure), 2 usage or load
+//! errors.
+
+mod inspect;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use corral::sandbox::SandboxConfig;
+
+#[derive(Parser)]
+#[command(name = "corral", version, about = "A WebAssembly-sandboxed activity host")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List a component's activity types with their WIT signatures, and its
+    /// imports.
+    Inspect(inspect::Args),
+    /// Run one activity of a component in the sandbox, with JSON arguments.
+    Run(run::Args),
+}
+
+/// Options every command that loads components shares.
+#[derive(clap::Args)]
+struct CacheArgs {
+    /// Where compiled components are cached [default: $CORRAL_CACHE_DIR, or
+    /// ~/.cache/corral/compiled].
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Compile without reading or writing the cache.
+    #[arg(long)]
+    no_cache: bool,
+}
+
+impl CacheArgs {
+    fn sandbox_config(&self) -> SandboxConfig {
+        let cache_dir = if self.no_cache {
+            None
+        } else {
+            self.cache_dir.clone().or_else(default_cache_dir)
+        };
+        SandboxConfig {
+            max_instances: 4,
+            cache_dir,
+            ..SandboxConfig::default()
+        }
+    }
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("CORRAL_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("corral").join("compiled"))
+}
+
+/// A usage or load error: the message, exit code 2.
+pub(crate) fn usage_error(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("corral: {message}");
+    ExitCode::from(2)
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return usage_error(format!("cannot start the async runtime: {e}")),
+    };
+    runtime.block_on(async {
+        match cli.command {
+            Command::Inspect(args) => inspect::inspect(args),
+            Command::Run(args) => run::run(args).await,
+        }
+    })
+}

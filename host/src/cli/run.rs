@@ -1,0 +1,161 @@
+//! `corral run <file.wasm> <activity-type> [ARG_JSON …]`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use corral::sandbox::{
+    Capabilities, DirGrant, LogLevel, Sandbox, Stream, Task, TaskInfo, TaskObserver, Tenant, parse_bytes,
+    parse_duration,
+};
+
+use super::{CacheArgs, usage_error};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The component file.
+    file: PathBuf,
+    /// The activity type, e.g. `demo:greeter/api.greet`.
+    activity_type: String,
+    /// One JSON value per WIT parameter.
+    #[arg(value_name = "ARG_JSON")]
+    args: Vec<String>,
+    /// Linear memory limit.
+    #[arg(long, default_value = "128MiB", value_parser = parse_bytes)]
+    memory: u64,
+    /// Wall-clock deadline.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// CPU budget in fuel units.
+    #[arg(long)]
+    fuel: Option<u64>,
+    /// Grant a directory: HOST:GUEST[:ro|rw] (read-only by default).
+    #[arg(long = "dir", value_name = "HOST:GUEST[:ro|rw]")]
+    dirs: Vec<DirGrant>,
+    /// Set a guest environment variable (nothing is inherited).
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// The attempt number the guest sees.
+    #[arg(long, default_value_t = 1)]
+    attempt: u32,
+    /// On failure print `{"class","kind","retryable","message","details"}` on stdout.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("`{text}` is not K=V")),
+    }
+}
+
+/// Heartbeats, guest logs and output go to stderr as they happen.
+struct Stderr;
+
+impl TaskObserver for Stderr {
+    fn heartbeat(&self, count: u32, details: Option<&Value>) {
+        match details {
+            Some(details) => eprintln!("heartbeat #{count}: {details}"),
+            None => eprintln!("heartbeat #{count}"),
+        }
+    }
+
+    fn log(&self, level: LogLevel, message: &str) {
+        eprintln!("[{level}] {message}");
+    }
+
+    fn output(&self, stream: Stream, line: &str) {
+        eprintln!("[{stream}] {line}");
+    }
+
+    fn output_dropped(&self, bytes: u64) {
+        eprintln!("({bytes} bytes of guest output dropped over the budget)");
+    }
+}
+
+pub async fn run(args: Args) -> ExitCode {
+    let mut json_args = Vec::with_capacity(args.args.len());
+    for (i, text) in args.args.iter().enumerate() {
+        match serde_json::from_str::<Value>(text) {
+            Ok(value) => json_args.push(value),
+            Err(e) => {
+                return usage_error(format!(
+                    "argument {} is not JSON ({e}): {text}\n(strings need quotes: '\"text\"')",
+                    i + 1
+                ));
+            }
+        }
+    }
+    let mut tenant = Tenant {
+        name: "local".to_owned(),
+        capabilities: Capabilities {
+            dirs: args.dirs,
+            env: args.env,
+        },
+        ..Tenant::default()
+    };
+    tenant.limits.memory = args.memory;
+    tenant.limits.timeout = Some(args.timeout);
+    tenant.limits.fuel = args.fuel;
+
+    let mut config = args.cache.sandbox_config();
+    config.max_memory = config.max_memory.max(args.memory);
+    let sandbox = match Sandbox::new(config) {
+        Ok(sandbox) => sandbox,
+        Err(e) => return usage_error(format!("{e:#}")),
+    };
+    if let Err(e) = sandbox.check_tenant(&tenant) {
+        return usage_error(e);
+    }
+    let component = match sandbox.load_file(&args.file) {
+        Ok(component) => component,
+        Err(e) => return usage_error(format!("cannot load `{}`: {e}", args.file.display())),
+    };
+    if component.activity(&args.activity_type).is_none() {
+        let known: Vec<&str> = component.activities.iter().map(|a| a.name.as_str()).collect();
+        return usage_error(format!(
+            "`{}` has no activity type `{}`; it has: {}",
+            args.file.display(),
+            args.activity_type,
+            known.join(", ")
+        ));
+    }
+    let mut task = Task::new(args.activity_type, json_args);
+    task.info = TaskInfo {
+        tenant: tenant.name.clone(),
+        activity_id: "cli".to_owned(),
+        attempt: args.attempt,
+        ..TaskInfo::default()
+    };
+    task.observer = Arc::new(Stderr);
+    let cancel = task.cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("cancelling (Ctrl-C)…");
+            cancel.cancel();
+        }
+    });
+    match sandbox.execute(&component, &tenant, task).await {
+        Ok(value) => {
+            println!("{value}");
+            ExitCode::SUCCESS
+        }
+        Err(failure) => {
+            if args.json {
+                println!("{}", failure.to_json());
+            } else {
+                eprintln!("activity failed: {failure}");
+                if let Some(details) = &failure.details {
+                    eprintln!("details: {details}");
+                }
+            }
+            ExitCode::from(1)
+        }
+    }
+}

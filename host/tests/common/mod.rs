@@ -1,0 +1,45 @@
+//! Shared by the integration tests: the example components, built once.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use corral::testing::{TestComponent, TestHost, TestHostBuilder};
+
+/// Builds the example components (`examples/build.sh`) once per test
+/// process; the script serialises concurrent builds.
+pub fn example(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let built = BUILT.get_or_init(|| {
+        let status = Command::new(root.join("examples/build.sh"))
+            .status()
+            .map_err(|e| format!("cannot run examples/build.sh: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("examples/build.sh failed: {status}"))
+        }
+    });
+    if let Err(e) = built {
+        panic!("{e}");
+    }
+    root.join("examples/dist").join(format!("{name}.wasm"))
+}
+
+/// A test host with short timeouts, so a wrong guess fails fast.
+pub fn host() -> TestHostBuilder {
+    TestHost::builder()
+        .timeout(Duration::from_secs(20))
+        .cancel_grace(Duration::from_millis(500))
+}
+
+pub fn load(host: &TestHost, name: &str) -> TestComponent {
+    match host.load_file(example(name)) {
+        Ok(component) => component,
+        Err(e) => panic!("loading {name}: {e}"),
+    }
+}
