@@ -30,7 +30,7 @@ fn convert(ty: &Type, json: &Value, path: &mut JsonPath) -> Result<Val, ConvertE
         Type::Float32 => {
             let f = float(json, path, "f32")?;
             if f.is_finite() && f.abs() > f64::from(f32::MAX) {
-                return Err(path.error(format!("{f} is out of range for f32")));
+                return Err(path.error(format!("{json} is out of range for f32")));
             }
             Val::Float32(f as f32)
         }
