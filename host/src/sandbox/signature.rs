@@ -107,6 +107,14 @@ pub(crate) fn exported_functions(
     (found, unsupported)
 }
 
+/// Exports that toolchains leave in every component they build, which are
+/// not the author's activities: listed as unsupported so they can never be
+/// invoked as an activity type.
+const TOOLCHAIN_EXPORTS: &[(&str, &str)] = &[(
+    "exports.init",
+    "componentize-py's build-time initializer, not an activity",
+)];
+
 fn classify(
     name: String,
     func: &ComponentFunc,
@@ -119,7 +127,10 @@ fn classify(
         .map(|(name, ty)| (name.to_owned(), ty))
         .collect();
     let results: Vec<Type> = func.results().collect();
-    let reason = if func.async_() {
+    let toolchain = TOOLCHAIN_EXPORTS.iter().find(|(n, _)| *n == name);
+    let reason = if let Some((_, why)) = toolchain {
+        Some((*why).to_owned())
+    } else if func.async_() {
         Some("async functions are not supported yet".to_owned())
     } else if results.len() > 1 {
         Some("functions with more than one result are not supported".to_owned())

@@ -1,0 +1,167 @@
+//! The host test harness as an activity author uses it: heartbeats with
+//! details, log lines and output, resumption, injected cancellation and
+//! deadlines, many tasks at once, and a Python guest through the same host.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use corral::sandbox::{FailureClass, LogLevel, Stream};
+use corral::testing::LogLine;
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use common::{host, load};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn activity_types_are_listed_with_their_signatures() {
+    let host = host().build().unwrap();
+    let greeter = load(&host, "greeter");
+    let names: Vec<&str> = greeter.activity_types().iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["demo:greeter/api.greet", "demo:greeter/api.greet-all"]);
+    let greet_all = &greeter.activity_types()[1];
+    assert_eq!(
+        greet_all.signature(),
+        "func(people: list<record { name: string, title: option<string>, \
+         language: enum { english, french, german } }>) -> list<string>"
+    );
+    let python = load(&host, "python-shout");
+    let names: Vec<&str> = python.activity_types().iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["shout"], "a world-level export is named by its bare name");
+    let hidden: Vec<&str> = python.loaded().unsupported.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(hidden, ["exports.init"], "componentize-py's initializer is not an activity");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn heartbeats_carry_details_and_the_next_attempt_resumes_from_the_last() {
+    let host = host().build().unwrap();
+    let progress = load(&host, "progress");
+    let run = progress.call("demo:progress/api.count-to").args([json!(3), json!(1)]).run().await;
+    assert_eq!(run.expect_ok(), &json!(3));
+    assert_eq!(
+        run.heartbeats,
+        vec![Some(json!({"done": 1})), Some(json!({"done": 2})), Some(json!({"done": 3}))]
+    );
+
+    let run = progress
+        .call("demo:progress/api.count-to")
+        .args([json!(5), json!(1)])
+        .attempt(2)
+        .last_heartbeat(json!({"done": 3}))
+        .run()
+        .await;
+    assert_eq!(run.expect_ok(), &json!(5));
+    assert_eq!(run.heartbeats, vec![Some(json!({"done": 4})), Some(json!({"done": 5}))]);
+    assert_eq!(
+        run.logs,
+        vec![LogLine {
+            level: LogLevel::Info,
+            message: "resuming at 4".into()
+        }]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_guest_sees_its_attempt_number() {
+    let host = host().build().unwrap();
+    let progress = load(&host, "progress");
+    let run = progress.call("demo:progress/api.succeed-on-attempt").arg(json!(3)).attempt(2).run().await;
+    let f = run.expect_failure(FailureClass::Application);
+    assert_eq!((f.kind.as_str(), f.retryable), ("NotYet", true));
+    let run = progress.call("demo:progress/api.succeed-on-attempt").arg(json!(3)).attempt(3).run().await;
+    assert_eq!(run.expect_ok(), &json!(3));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancellation_after_a_delay_reaches_a_cooperative_guest() {
+    let host = host().build().unwrap();
+    let progress = load(&host, "progress");
+    let run = progress
+        .call("demo:progress/api.count-to")
+        .args([json!(100_000), json!(2)])
+        .cancel_after(Duration::from_millis(200))
+        .run()
+        .await;
+    run.expect_failure(FailureClass::Cancelled);
+    assert!(!run.heartbeats.is_empty());
+    assert!(run.elapsed < Duration::from_secs(10), "stopped promptly, not by a deadline");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_per_call_deadline_overrides_a_longer_tenant_timeout() {
+    let host = host().timeout(Duration::from_secs(30)).build().unwrap();
+    let progress = load(&host, "progress");
+    let run = progress
+        .call("demo:progress/api.count-to")
+        .args([json!(100_000), json!(5)])
+        .deadline(Duration::from_millis(150))
+        .run()
+        .await;
+    let f = run.expect_failure(FailureClass::Timeout);
+    assert!(f.message.contains("150ms"), "{}", f.message);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdout_stderr_and_logs_are_captured_and_a_flood_is_cut_and_counted() {
+    let host = host().max_stdio(4096).build().unwrap();
+    let m = load(&host, "misbehave");
+    let run = m.call("demo:misbehave/api.print").arg(json!("hi there")).run().await;
+    run.expect_ok();
+    assert_eq!(
+        run.output,
+        vec![(Stream::Stdout, "hi there".into()), (Stream::Stderr, "hi there".into())]
+    );
+    assert_eq!(run.dropped_output, 0);
+
+    let run = m.call("demo:misbehave/api.flood").arg(json!(10_000)).run().await;
+    run.expect_ok();
+    let kept: usize = run.output.iter().map(|(_, l)| l.len()).sum::<usize>()
+        + run.logs.iter().map(|l| l.message.len()).sum::<usize>();
+    assert!(kept <= 4096, "kept {kept} bytes");
+    assert!(run.dropped_output > 500_000, "dropped {}", run.dropped_output);
+    assert_eq!(run.output[0], (Stream::Stdout, format!("flood line 0 {}", ".".repeat(46))));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thousand_tasks_sixty_four_at_a_time_all_get_their_own_result() {
+    let host = host().max_instances(64).build().unwrap();
+    let greeter = load(&host, "greeter");
+    let permits = Arc::new(Semaphore::new(64));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1000u32 {
+        let greeter = greeter.clone();
+        let permit = permits.clone().acquire_owned().await.unwrap();
+        tasks.spawn(async move {
+            let run = greeter
+                .call("demo:greeter/api.greet")
+                .args([json!({"name": format!("n{i}"), "language": "german"}), json!({"custom": "Moin"})])
+                .run()
+                .await;
+            drop(permit);
+            (i, run.outcome)
+        });
+    }
+    let mut seen = 0;
+    while let Some(joined) = tasks.join_next().await {
+        let (i, outcome) = joined.unwrap();
+        let value = outcome.unwrap_or_else(|f| panic!("task {i}: {f}"));
+        assert_eq!(value["message"], format!("Moin, n{i}!"));
+        assert_eq!(value["calls-in-instance"], 1);
+        seen += 1;
+    }
+    assert_eq!(seen, 1000);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_component_runs_through_the_same_host() {
+    let host = host().build().unwrap();
+    let python = load(&host, "python-shout");
+    let run = python.call("shout").args([json!("hey"), json!(3)]).attempt(2).run().await;
+    assert_eq!(run.expect_ok(), &json!("HEY HEY HEY"));
+    assert_eq!(run.heartbeats, vec![Some(json!({"length": 11}))]);
+    assert_eq!(run.logs[0].message, "shouted 3 times on attempt 2");
+    let run = python.call("shout").args([json!("hey"), json!(-1)]).run().await;
+    let f = run.expect_failure(FailureClass::InvalidInput);
+    assert_eq!(f.message, "parameter `times`: $: expected u32, got -1");
+}
