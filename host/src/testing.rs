@@ -100,7 +100,10 @@ impl TestHostBuilder {
     /// Adds an environment variable to the guest's (otherwise empty)
     /// environment.
     pub fn env(mut self, name: &str, value: &str) -> Self {
-        self.tenant.capabilities.env.push((name.to_owned(), value.to_owned()));
+        self.tenant
+            .capabilities
+            .env
+            .push((name.to_owned(), value.to_owned()));
         self
     }
 
@@ -429,10 +432,10 @@ impl Recorder {
 impl TaskObserver for Recorder {
     fn heartbeat(&self, count: u32, details: Option<&Value>) {
         self.seen().heartbeats.push(details.cloned());
-        if let Some((n, token)) = &self.cancel_at {
-            if count >= *n {
-                token.cancel();
-            }
+        if let Some((n, token)) = &self.cancel_at
+            && count >= *n
+        {
+            token.cancel();
         }
     }
 

@@ -18,8 +18,15 @@ use common::{host, load};
 async fn activity_types_are_listed_with_their_signatures() {
     let host = host().build().unwrap();
     let greeter = load(&host, "greeter");
-    let names: Vec<&str> = greeter.activity_types().iter().map(|a| a.name.as_str()).collect();
-    assert_eq!(names, ["demo:greeter/api.greet", "demo:greeter/api.greet-all"]);
+    let names: Vec<&str> = greeter
+        .activity_types()
+        .iter()
+        .map(|a| a.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["demo:greeter/api.greet", "demo:greeter/api.greet-all"]
+    );
     let greet_all = &greeter.activity_types()[1];
     assert_eq!(
         greet_all.signature(),
@@ -27,21 +34,46 @@ async fn activity_types_are_listed_with_their_signatures() {
          language: enum { english, french, german } }>) -> list<string>"
     );
     let python = load(&host, "python-shout");
-    let names: Vec<&str> = python.activity_types().iter().map(|a| a.name.as_str()).collect();
-    assert_eq!(names, ["shout"], "a world-level export is named by its bare name");
-    let hidden: Vec<&str> = python.loaded().unsupported.iter().map(|u| u.name.as_str()).collect();
-    assert_eq!(hidden, ["exports.init"], "componentize-py's initializer is not an activity");
+    let names: Vec<&str> = python
+        .activity_types()
+        .iter()
+        .map(|a| a.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["shout"],
+        "a world-level export is named by its bare name"
+    );
+    let hidden: Vec<&str> = python
+        .loaded()
+        .unsupported
+        .iter()
+        .map(|u| u.name.as_str())
+        .collect();
+    assert_eq!(
+        hidden,
+        ["exports.init"],
+        "componentize-py's initializer is not an activity"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn heartbeats_carry_details_and_the_next_attempt_resumes_from_the_last() {
     let host = host().build().unwrap();
     let progress = load(&host, "progress");
-    let run = progress.call("demo:progress/api.count-to").args([json!(3), json!(1)]).run().await;
+    let run = progress
+        .call("demo:progress/api.count-to")
+        .args([json!(3), json!(1)])
+        .run()
+        .await;
     assert_eq!(run.expect_ok(), &json!(3));
     assert_eq!(
         run.heartbeats,
-        vec![Some(json!({"done": 1})), Some(json!({"done": 2})), Some(json!({"done": 3}))]
+        vec![
+            Some(json!({"done": 1})),
+            Some(json!({"done": 2})),
+            Some(json!({"done": 3}))
+        ]
     );
 
     let run = progress
@@ -52,7 +84,10 @@ async fn heartbeats_carry_details_and_the_next_attempt_resumes_from_the_last() {
         .run()
         .await;
     assert_eq!(run.expect_ok(), &json!(5));
-    assert_eq!(run.heartbeats, vec![Some(json!({"done": 4})), Some(json!({"done": 5}))]);
+    assert_eq!(
+        run.heartbeats,
+        vec![Some(json!({"done": 4})), Some(json!({"done": 5}))]
+    );
     assert_eq!(
         run.logs,
         vec![LogLine {
@@ -66,10 +101,20 @@ async fn heartbeats_carry_details_and_the_next_attempt_resumes_from_the_last() {
 async fn the_guest_sees_its_attempt_number() {
     let host = host().build().unwrap();
     let progress = load(&host, "progress");
-    let run = progress.call("demo:progress/api.succeed-on-attempt").arg(json!(3)).attempt(2).run().await;
+    let run = progress
+        .call("demo:progress/api.succeed-on-attempt")
+        .arg(json!(3))
+        .attempt(2)
+        .run()
+        .await;
     let f = run.expect_failure(FailureClass::Application);
     assert_eq!((f.kind.as_str(), f.retryable), ("NotYet", true));
-    let run = progress.call("demo:progress/api.succeed-on-attempt").arg(json!(3)).attempt(3).run().await;
+    let run = progress
+        .call("demo:progress/api.succeed-on-attempt")
+        .arg(json!(3))
+        .attempt(3)
+        .run()
+        .await;
     assert_eq!(run.expect_ok(), &json!(3));
 }
 
@@ -85,7 +130,10 @@ async fn cancellation_after_a_delay_reaches_a_cooperative_guest() {
         .await;
     run.expect_failure(FailureClass::Cancelled);
     assert!(!run.heartbeats.is_empty());
-    assert!(run.elapsed < Duration::from_secs(10), "stopped promptly, not by a deadline");
+    assert!(
+        run.elapsed < Duration::from_secs(10),
+        "stopped promptly, not by a deadline"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -106,21 +154,39 @@ async fn a_per_call_deadline_overrides_a_longer_tenant_timeout() {
 async fn stdout_stderr_and_logs_are_captured_and_a_flood_is_cut_and_counted() {
     let host = host().max_stdio(4096).build().unwrap();
     let m = load(&host, "misbehave");
-    let run = m.call("demo:misbehave/api.print").arg(json!("hi there")).run().await;
+    let run = m
+        .call("demo:misbehave/api.print")
+        .arg(json!("hi there"))
+        .run()
+        .await;
     run.expect_ok();
     assert_eq!(
         run.output,
-        vec![(Stream::Stdout, "hi there".into()), (Stream::Stderr, "hi there".into())]
+        vec![
+            (Stream::Stdout, "hi there".into()),
+            (Stream::Stderr, "hi there".into())
+        ]
     );
     assert_eq!(run.dropped_output, 0);
 
-    let run = m.call("demo:misbehave/api.flood").arg(json!(10_000)).run().await;
+    let run = m
+        .call("demo:misbehave/api.flood")
+        .arg(json!(10_000))
+        .run()
+        .await;
     run.expect_ok();
     let kept: usize = run.output.iter().map(|(_, l)| l.len()).sum::<usize>()
         + run.logs.iter().map(|l| l.message.len()).sum::<usize>();
     assert!(kept <= 4096, "kept {kept} bytes");
-    assert!(run.dropped_output > 500_000, "dropped {}", run.dropped_output);
-    assert_eq!(run.output[0], (Stream::Stdout, format!("flood line 0 {}", ".".repeat(46))));
+    assert!(
+        run.dropped_output > 500_000,
+        "dropped {}",
+        run.dropped_output
+    );
+    assert_eq!(
+        run.output[0],
+        (Stream::Stdout, format!("flood line 0 {}", ".".repeat(46)))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -135,7 +201,10 @@ async fn a_thousand_tasks_sixty_four_at_a_time_all_get_their_own_result() {
         tasks.spawn(async move {
             let run = greeter
                 .call("demo:greeter/api.greet")
-                .args([json!({"name": format!("n{i}"), "language": "german"}), json!({"custom": "Moin"})])
+                .args([
+                    json!({"name": format!("n{i}"), "language": "german"}),
+                    json!({"custom": "Moin"}),
+                ])
                 .run()
                 .await;
             drop(permit);
@@ -157,11 +226,20 @@ async fn a_thousand_tasks_sixty_four_at_a_time_all_get_their_own_result() {
 async fn a_python_component_runs_through_the_same_host() {
     let host = host().build().unwrap();
     let python = load(&host, "python-shout");
-    let run = python.call("shout").args([json!("hey"), json!(3)]).attempt(2).run().await;
+    let run = python
+        .call("shout")
+        .args([json!("hey"), json!(3)])
+        .attempt(2)
+        .run()
+        .await;
     assert_eq!(run.expect_ok(), &json!("HEY HEY HEY"));
     assert_eq!(run.heartbeats, vec![Some(json!({"length": 11}))]);
     assert_eq!(run.logs[0].message, "shouted 3 times on attempt 2");
-    let run = python.call("shout").args([json!("hey"), json!(-1)]).run().await;
+    let run = python
+        .call("shout")
+        .args([json!("hey"), json!(-1)])
+        .run()
+        .await;
     let f = run.expect_failure(FailureClass::InvalidInput);
     assert_eq!(f.message, "parameter `times`: $: expected u32, got -1");
 }

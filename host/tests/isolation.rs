@@ -14,7 +14,11 @@ async fn no_state_survives_between_two_tasks_of_one_component() {
     let m = load(&host, "misbehave");
     for _ in 0..3 {
         let run = m.call("demo:misbehave/api.counter").run().await;
-        assert_eq!(run.expect_ok(), &json!(1), "every task gets a fresh instance");
+        assert_eq!(
+            run.expect_ok(),
+            &json!(1),
+            "every task gets a fresh instance"
+        );
     }
     let greeter = load(&host, "greeter");
     for _ in 0..2 {
@@ -33,11 +37,17 @@ async fn the_guest_sees_only_the_environment_it_was_given() {
     // HOME, CARGO_*); none of it may leak.
     assert!(std::env::var_os("PATH").is_some());
     let bare = host().build().unwrap();
-    let run = load(&bare, "misbehave").call("demo:misbehave/api.environment").run().await;
+    let run = load(&bare, "misbehave")
+        .call("demo:misbehave/api.environment")
+        .run()
+        .await;
     assert_eq!(run.expect_ok(), &json!([]));
 
     let granted = host().env("REGION", "eu").build().unwrap();
-    let run = load(&granted, "misbehave").call("demo:misbehave/api.environment").run().await;
+    let run = load(&granted, "misbehave")
+        .call("demo:misbehave/api.environment")
+        .run()
+        .await;
     assert_eq!(run.expect_ok(), &json!([["REGION", "eu"]]));
 }
 
@@ -45,8 +55,18 @@ async fn the_guest_sees_only_the_environment_it_was_given() {
 async fn no_file_is_reachable_without_a_grant() {
     let host = host().build().unwrap();
     let m = load(&host, "misbehave");
-    for path in ["/etc/passwd", "etc/passwd", "../../../../etc/passwd", "/", "."] {
-        let run = m.call("demo:misbehave/api.read-file").arg(json!(path)).run().await;
+    for path in [
+        "/etc/passwd",
+        "etc/passwd",
+        "../../../../etc/passwd",
+        "/",
+        ".",
+    ] {
+        let run = m
+            .call("demo:misbehave/api.read-file")
+            .arg(json!(path))
+            .run()
+            .await;
         let f = run.expect_failure(FailureClass::Application);
         assert!(f.details.is_some(), "{path}: {f}");
     }
@@ -61,23 +81,49 @@ async fn a_granted_directory_is_readable_and_nothing_beyond_it() {
     std::fs::write(granted.join("hello.txt"), "hello from the host").unwrap();
     std::fs::create_dir(granted.join("sub")).unwrap();
 
-    let host = host().dir(&granted, "/data", DirMode::ReadOnly).build().unwrap();
+    let host = host()
+        .dir(&granted, "/data", DirMode::ReadOnly)
+        .build()
+        .unwrap();
     let files = load(&host, "files");
-    let run = files.call("demo:files/api.read").arg(json!("/data/hello.txt")).run().await;
+    let run = files
+        .call("demo:files/api.read")
+        .arg(json!("/data/hello.txt"))
+        .run()
+        .await;
     assert_eq!(run.expect_ok(), &json!("hello from the host"));
-    let run = files.call("demo:files/api.list-dir").arg(json!("/data")).run().await;
+    let run = files
+        .call("demo:files/api.list-dir")
+        .arg(json!("/data"))
+        .run()
+        .await;
     assert_eq!(run.expect_ok(), &json!(["hello.txt", "sub"]));
 
     let secret = outside.path().join("secret.txt").display().to_string();
-    for escape in ["/data/../secret.txt", "/data/sub/../../secret.txt", secret.as_str()] {
-        let run = files.call("demo:files/api.read").arg(json!(escape)).run().await;
+    for escape in [
+        "/data/../secret.txt",
+        "/data/sub/../../secret.txt",
+        secret.as_str(),
+    ] {
+        let run = files
+            .call("demo:files/api.read")
+            .arg(json!(escape))
+            .run()
+            .await;
         let f = run.expect_failure(FailureClass::Application);
         assert!(!f.message.contains("top secret"), "{escape}: {f}");
-        assert!(["NotFound", "Denied", "Io"].contains(&f.kind.as_str()), "{escape}: {f}");
+        assert!(
+            ["NotFound", "Denied", "Io"].contains(&f.kind.as_str()),
+            "{escape}: {f}"
+        );
     }
 
     // Read-only means read-only.
-    let run = files.call("demo:files/api.write").args([json!("/data/new.txt"), json!("x")]).run().await;
+    let run = files
+        .call("demo:files/api.write")
+        .args([json!("/data/new.txt"), json!("x")])
+        .run()
+        .await;
     run.expect_failure(FailureClass::Application);
     assert!(!granted.join("new.txt").exists());
 }
@@ -85,12 +131,26 @@ async fn a_granted_directory_is_readable_and_nothing_beyond_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_write_grant_allows_writing_inside_it_only() {
     let dir = tempfile::tempdir().unwrap();
-    let host = host().dir(dir.path(), "/out", DirMode::ReadWrite).build().unwrap();
+    let host = host()
+        .dir(dir.path(), "/out", DirMode::ReadWrite)
+        .build()
+        .unwrap();
     let files = load(&host, "files");
-    let run = files.call("demo:files/api.write").args([json!("/out/result.txt"), json!("42")]).run().await;
+    let run = files
+        .call("demo:files/api.write")
+        .args([json!("/out/result.txt"), json!("42")])
+        .run()
+        .await;
     run.expect_ok();
-    assert_eq!(std::fs::read_to_string(dir.path().join("result.txt")).unwrap(), "42");
-    let run = files.call("demo:files/api.write").args([json!("/out/../escaped.txt"), json!("x")]).run().await;
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("result.txt")).unwrap(),
+        "42"
+    );
+    let run = files
+        .call("demo:files/api.write")
+        .args([json!("/out/../escaped.txt"), json!("x")])
+        .run()
+        .await;
     run.expect_failure(FailureClass::Application);
     assert!(!dir.path().parent().unwrap().join("escaped.txt").exists());
 }
@@ -102,12 +162,23 @@ async fn no_socket_can_be_opened_and_no_name_resolved() {
     let address = listener.local_addr().unwrap().to_string();
     let host = host().build().unwrap();
     let m = load(&host, "misbehave");
-    let run = m.call("demo:misbehave/api.connect").arg(json!(address)).run().await;
+    let run = m
+        .call("demo:misbehave/api.connect")
+        .arg(json!(address))
+        .run()
+        .await;
     let f = run.expect_failure(FailureClass::Application);
     assert!(f.message.to_lowercase().contains("denied"), "{f}");
     listener.set_nonblocking(true).unwrap();
-    assert!(listener.accept().is_err(), "no connection reached the listener");
+    assert!(
+        listener.accept().is_err(),
+        "no connection reached the listener"
+    );
 
-    let run = m.call("demo:misbehave/api.resolve").arg(json!("localhost")).run().await;
+    let run = m
+        .call("demo:misbehave/api.resolve")
+        .arg(json!("localhost"))
+        .run()
+        .await;
     run.expect_failure(FailureClass::Application);
 }

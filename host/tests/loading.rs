@@ -58,7 +58,11 @@ fn imports_the_host_does_not_provide_are_each_named() {
             "acme:vault/secrets@1.0.0".into(),
         ])
     );
-    assert!(e.to_string().contains("`wasi:http/outgoing-handler@0.2.0`, `acme:vault/secrets@1.0.0`"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("`wasi:http/outgoing-handler@0.2.0`, `acme:vault/secrets@1.0.0`"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -78,7 +82,10 @@ fn an_import_of_the_right_name_but_wrong_type_is_a_link_error() {
 
 #[test]
 fn a_component_without_usable_exports_is_refused_with_the_reasons() {
-    assert!(matches!(refusal(&wat::parse_str("(component)").unwrap()), LoadError::NoActivities(_)));
+    assert!(matches!(
+        refusal(&wat::parse_str("(component)").unwrap()),
+        LoadError::NoActivities(_)
+    ));
     let component = wat::parse_str(
         r#"(component
             (type $r (resource (rep i32)))
@@ -96,7 +103,11 @@ fn a_component_without_usable_exports_is_refused_with_the_reasons() {
     };
     assert_eq!(unsupported.len(), 1);
     assert_eq!(unsupported[0].name, "consume");
-    assert!(e.to_string().contains("`consume`: `own<resource>` cannot travel as JSON"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("`consume`: `own<resource>` cannot travel as JSON"),
+        "{e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -104,7 +115,10 @@ async fn compiled_code_is_cached_by_digest_and_survives_a_restart() {
     let cache = tempfile::tempdir().unwrap();
     let bytes = std::fs::read(example("greeter")).unwrap();
     let first = TestHost::builder().cache_dir(cache.path()).build().unwrap();
-    assert!(!first.load_bytes(&bytes).unwrap().loaded().from_cache, "compiled the first time");
+    assert!(
+        !first.load_bytes(&bytes).unwrap().loaded().from_cache,
+        "compiled the first time"
+    );
     assert!(first.load_bytes(&bytes).unwrap().loaded().from_cache);
     let cached: Vec<_> = std::fs::read_dir(cache.path()).unwrap().collect();
     assert_eq!(cached.len(), 1, "one artifact, no temporary files left");
@@ -116,7 +130,10 @@ async fn compiled_code_is_cached_by_digest_and_survives_a_restart() {
     assert!(greeter.loaded().from_cache);
     let run = greeter
         .call("demo:greeter/api.greet")
-        .args([json!({"name": "Ada", "language": "english"}), json!("formal")])
+        .args([
+            json!({"name": "Ada", "language": "english"}),
+            json!("formal"),
+        ])
         .run()
         .await;
     assert_eq!(run.expect_ok()["message"], "Good day, Ada!");
@@ -128,19 +145,36 @@ fn a_corrupt_cache_entry_is_recompiled_not_trusted() {
     let bytes = std::fs::read(example("greeter")).unwrap();
     let host = TestHost::builder().cache_dir(cache.path()).build().unwrap();
     host.load_bytes(&bytes).unwrap();
-    let entry = std::fs::read_dir(cache.path()).unwrap().next().unwrap().unwrap().path();
+    let entry = std::fs::read_dir(cache.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     std::fs::write(&entry, b"garbage").unwrap();
     let reloaded = TestHost::builder().cache_dir(cache.path()).build().unwrap();
     let greeter = reloaded.load_bytes(&bytes).unwrap();
     assert!(!greeter.loaded().from_cache);
-    assert!(reloaded.load_bytes(&bytes).unwrap().loaded().from_cache, "the entry was rewritten");
+    assert!(
+        reloaded.load_bytes(&bytes).unwrap().loaded().from_cache,
+        "the entry was rewritten"
+    );
 }
 
 #[test]
 fn a_bad_tenant_policy_is_refused_before_any_task() {
-    let missing = host().dir("/no/such/directory", "/data", corral::sandbox::DirMode::ReadOnly).build();
+    let missing = host()
+        .dir(
+            "/no/such/directory",
+            "/data",
+            corral::sandbox::DirMode::ReadOnly,
+        )
+        .build();
     let e = missing.err().unwrap().to_string();
     assert!(e.contains("/no/such/directory"), "{e}");
     let huge = host().memory(64 << 30).build().err().unwrap().to_string();
-    assert!(huge.contains("memory limit 64 GiB is above the host's maximum of 1 GiB"), "{huge}");
+    assert!(
+        huge.contains("memory limit 64 GiB is above the host's maximum of 1 GiB"),
+        "{huge}"
+    );
 }

@@ -79,7 +79,10 @@ impl Guest for Misbehave {
     fn flood(lines: u32) {
         let mut out = std::io::stdout().lock();
         for i in 0..lines {
-            let _ = writeln!(out, "flood line {i} ..............................................");
+            let _ = writeln!(
+                out,
+                "flood line {i} .............................................."
+            );
             corral_guest::log::info(&format!("flood log {i}"));
         }
     }
@@ -98,9 +101,11 @@ impl Guest for Misbehave {
     }
 
     fn fail(kind: String, retryable: bool) -> Result<(), Failure> {
-        Err(Failure::new(kind.clone(), format!("failed on purpose: {kind}"))
-            .retryable(retryable)
-            .with_details(&serde_json::json!({ "why": "asked to" })))
+        Err(
+            Failure::new(kind.clone(), format!("failed on purpose: {kind}"))
+                .retryable(retryable)
+                .with_details(&serde_json::json!({ "why": "asked to" })),
+        )
     }
 
     fn plain_error(code: u32) -> Result<String, (u32, String)> {

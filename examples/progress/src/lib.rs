@@ -44,7 +44,10 @@ impl Guest for Counter {
     fn succeed_on_attempt(succeed_on: u32) -> Result<u32, Failure> {
         let attempt = corral_guest::info().attempt;
         if attempt < succeed_on {
-            return Err(Failure::new("NotYet", format!("attempt {attempt} of {succeed_on}")));
+            return Err(Failure::new(
+                "NotYet",
+                format!("attempt {attempt} of {succeed_on}"),
+            ));
         }
         Ok(attempt)
     }

@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand};
 use corral::sandbox::SandboxConfig;
 
 #[derive(Parser)]
-#[command(name = "corral", version, about = "A WebAssembly-sandboxed activity host")]
+#[command(
+    name = "corral",
+    version,
+    about = "A WebAssembly-sandboxed activity host"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -80,7 +84,10 @@ pub fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => return usage_error(format!("cannot start the async runtime: {e}")),
     };

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use corral::sandbox::{
-    Capabilities, DirGrant, LogLevel, Sandbox, Stream, Task, TaskInfo, TaskObserver, Tenant, parse_bytes,
-    parse_duration,
+    Capabilities, DirGrant, LogLevel, Sandbox, Stream, Task, TaskInfo, TaskObserver, Tenant,
+    parse_bytes, parse_duration,
 };
 
 use super::{CacheArgs, usage_error};
@@ -21,7 +21,7 @@ pub struct Args {
     /// The activity type, e.g. `demo:greeter/api.greet`.
     activity_type: String,
     /// One JSON value per WIT parameter.
-    #[arg(value_name = "ARG_JSON")]
+    #[arg(value_name = "ARG_JSON", allow_negative_numbers = true)]
     args: Vec<String>,
     /// Linear memory limit.
     #[arg(long, default_value = "128MiB", value_parser = parse_bytes)]
@@ -118,7 +118,11 @@ pub async fn run(args: Args) -> ExitCode {
         Err(e) => return usage_error(format!("cannot load `{}`: {e}", args.file.display())),
     };
     if component.activity(&args.activity_type).is_none() {
-        let known: Vec<&str> = component.activities.iter().map(|a| a.name.as_str()).collect();
+        let known: Vec<&str> = component
+            .activities
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect();
         return usage_error(format!(
             "`{}` has no activity type `{}`; it has: {}",
             args.file.display(),

@@ -117,7 +117,11 @@ impl Capabilities {
 
     /// The WASI context of one task. Sockets: TCP and UDP are off and no
     /// address passes the check; name lookup is off.
-    pub(crate) fn wasi_ctx(&self, stdout: GuestOutput, stderr: GuestOutput) -> Result<WasiCtx, PolicyError> {
+    pub(crate) fn wasi_ctx(
+        &self,
+        stdout: GuestOutput,
+        stderr: GuestOutput,
+    ) -> Result<WasiCtx, PolicyError> {
         let mut builder = WasiCtxBuilder::new();
         builder
             .stdout(stdout)
@@ -157,8 +161,18 @@ mod tests {
         assert_eq!(grant.mode, DirMode::ReadOnly);
         let rw: DirGrant = "/tmp/x:/out:rw".parse().unwrap();
         assert_eq!(rw.mode, DirMode::ReadWrite);
-        assert!("/tmp".parse::<DirGrant>().unwrap_err().contains("HOST:GUEST"));
-        assert!("/a:/b:rx".parse::<DirGrant>().unwrap_err().contains("unknown mode `rx`"));
+        assert!(
+            "/tmp"
+                .parse::<DirGrant>()
+                .unwrap_err()
+                .contains("HOST:GUEST")
+        );
+        assert!(
+            "/a:/b:rx"
+                .parse::<DirGrant>()
+                .unwrap_err()
+                .contains("unknown mode `rx`")
+        );
     }
 
     #[test]
@@ -176,7 +190,13 @@ mod tests {
             dirs: vec![format!("{host}:data").parse().unwrap()],
             env: vec![],
         };
-        assert!(relative.validate().unwrap_err().0.contains("must be absolute"));
+        assert!(
+            relative
+                .validate()
+                .unwrap_err()
+                .0
+                .contains("must be absolute")
+        );
 
         let twice = Capabilities {
             dirs: vec![

@@ -20,7 +20,11 @@ pub(crate) struct Evidence<'a> {
 }
 
 /// Classifies an error returned by instantiation or by a guest call.
-pub(crate) fn classify(error: &wasmtime::Error, evidence: &Evidence<'_>, policy: &RetryPolicy) -> Failure {
+pub(crate) fn classify(
+    error: &wasmtime::Error,
+    evidence: &Evidence<'_>,
+    policy: &RetryPolicy,
+) -> Failure {
     let frames = backtrace(error);
     let trap = error.downcast_ref::<Trap>().copied();
     let with_trace = |mut details: Value| {
@@ -50,23 +54,34 @@ pub(crate) fn classify(error: &wasmtime::Error, evidence: &Evidence<'_>, policy:
         return Failure::new(
             FailureClass::Trap,
             policy,
-            format!("the guest called exit (status {}) instead of returning", exit.0),
+            format!(
+                "the guest called exit (status {}) instead of returning",
+                exit.0
+            ),
         )
         .with_details(json!({ "exit_code": exit.0 }));
     }
-    let location = match frames.iter().find(|f| !is_runtime_frame(f)).or(frames.first()) {
+    let location = match frames
+        .iter()
+        .find(|f| !is_runtime_frame(f))
+        .or(frames.first())
+    {
         Some(function) => format!(" in `{function}`"),
         None => String::new(),
     };
     match trap {
         Some(Trap::OutOfFuel) => {
-            let budget = evidence.fuel.map_or("its".to_owned(), |f| format!("the {f}"));
+            let budget = evidence
+                .fuel
+                .map_or("its".to_owned(), |f| format!("the {f}"));
             Failure::new(
                 FailureClass::ResourceExhausted,
                 policy,
                 format!("the guest used up {budget} fuel budget (CPU limit){location}"),
             )
-            .with_details(with_trace(json!({ "limit": "fuel", "value": evidence.fuel })))
+            .with_details(with_trace(
+                json!({ "limit": "fuel", "value": evidence.fuel }),
+            ))
         }
         Some(Trap::UnreachableCodeReached) => {
             let said = if evidence.stderr_tail.is_empty() {
@@ -130,8 +145,17 @@ fn recursion(frames: &[String]) -> Option<&str> {
 /// naming where a guest failed.
 fn is_runtime_frame(name: &str) -> bool {
     const RUNTIME: &[&str] = &[
-        "std::", "core::", "alloc::", "__rust", "rust_panic", "abort", "panic_abort::",
-        "__rdl_", "__rg_", "<&T as core::", "wit_bindgen",
+        "std::",
+        "core::",
+        "alloc::",
+        "__rust",
+        "rust_panic",
+        "abort",
+        "panic_abort::",
+        "__rdl_",
+        "__rg_",
+        "<&T as core::",
+        "wit_bindgen",
     ];
     RUNTIME.iter().any(|prefix| name.starts_with(prefix))
 }

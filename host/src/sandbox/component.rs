@@ -33,7 +33,10 @@ impl fmt::Debug for LoadedComponent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LoadedComponent")
             .field("digest", &self.digest)
-            .field("activities", &self.activities.iter().map(|a| &a.name).collect::<Vec<_>>())
+            .field(
+                "activities",
+                &self.activities.iter().map(|a| &a.name).collect::<Vec<_>>(),
+            )
             .field("from_cache", &self.from_cache)
             .finish_non_exhaustive()
     }
@@ -70,9 +73,15 @@ impl fmt::Display for LoadError {
             LoadError::UnsatisfiedImports(names) => write!(
                 f,
                 "the component imports what this host does not provide: {}",
-                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
-            LoadError::Link(reason) => write!(f, "the component's imports do not match the host: {reason}"),
+            LoadError::Link(reason) => {
+                write!(f, "the component's imports do not match the host: {reason}")
+            }
             LoadError::NoActivities(unsupported) => {
                 f.write_str("the component exports no function usable as an activity type")?;
                 for u in unsupported {
@@ -136,10 +145,14 @@ impl Sandbox {
     /// once, also across restarts.
     pub fn load(&self, bytes: &[u8]) -> Result<Arc<LoadedComponent>, LoadError> {
         match bytes {
-            [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ..] => return Err(LoadError::CoreModule),
+            [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ..] => {
+                return Err(LoadError::CoreModule);
+            }
             [0x00, 0x61, 0x73, 0x6d, _, _, 0x01, 0x00, ..] => {}
             [0x00, 0x61, 0x73, 0x6d, ..] => {
-                return Err(LoadError::Invalid("unknown WebAssembly version or layer".into()));
+                return Err(LoadError::Invalid(
+                    "unknown WebAssembly version or layer".into(),
+                ));
             }
             _ => return Err(LoadError::NotWasm),
         }
@@ -147,7 +160,10 @@ impl Sandbox {
         let (component, from_cache) = self.compile_cached(&digest, bytes)?;
 
         let ty = component.component_type();
-        let imports: Vec<String> = ty.imports(&self.engine).map(|(n, _)| n.to_owned()).collect();
+        let imports: Vec<String> = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_owned())
+            .collect();
         let missing: Vec<String> = imports.iter().filter(|n| !is_linked(n)).cloned().collect();
         if !missing.is_empty() {
             return Err(LoadError::UnsatisfiedImports(missing));
@@ -179,28 +195,29 @@ impl Sandbox {
 
     fn compile_cached(&self, digest: &str, bytes: &[u8]) -> Result<(Component, bool), LoadError> {
         let cached = self.cache_path(digest);
-        if let Some(path) = &cached {
-            if path.exists() {
-                // SAFETY: the file was written by `store_compiled` below from
-                // `Component::serialize` of this very engine configuration:
-                // its name binds the content digest and the engine's
-                // compatibility hash, and the cache directory belongs to the
-                // host. wasmtime also checks the artifact's header against the
-                // engine before using it.
-                match unsafe { Component::deserialize_file(&self.engine, path) } {
-                    Ok(component) => return Ok((component, true)),
-                    Err(e) => tracing::warn!(
-                        path = %path.display(),
-                        "ignoring an unusable compiled component in the cache: {e}"
-                    ),
-                }
+        if let Some(path) = &cached
+            && path.exists()
+        {
+            // SAFETY: the file was written by `store_compiled` below from
+            // `Component::serialize` of this very engine configuration:
+            // its name binds the content digest and the engine's
+            // compatibility hash, and the cache directory belongs to the
+            // host. wasmtime also checks the artifact's header against the
+            // engine before using it.
+            match unsafe { Component::deserialize_file(&self.engine, path) } {
+                Ok(component) => return Ok((component, true)),
+                Err(e) => tracing::warn!(
+                    path = %path.display(),
+                    "ignoring an unusable compiled component in the cache: {e}"
+                ),
             }
         }
-        let component = Component::new(&self.engine, bytes).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
-        if let Some(path) = &cached {
-            if let Err(e) = store_compiled(&component, path) {
-                tracing::warn!(path = %path.display(), "could not cache the compiled component: {e}");
-            }
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        if let Some(path) = &cached
+            && let Err(e) = store_compiled(&component, path)
+        {
+            tracing::warn!(path = %path.display(), "could not cache the compiled component: {e}");
         }
         Ok((component, false))
     }
@@ -208,7 +225,9 @@ impl Sandbox {
     fn cache_path(&self, digest: &str) -> Option<PathBuf> {
         let dir = self.config.cache_dir.as_ref()?;
         let mut hasher = DefaultHasher::new();
-        self.engine.precompile_compatibility_hash().hash(&mut hasher);
+        self.engine
+            .precompile_compatibility_hash()
+            .hash(&mut hasher);
         let hex = digest.trim_start_matches("sha256:");
         Some(dir.join(format!("{hex}-{:016x}.cwasm", hasher.finish())))
     }
@@ -230,7 +249,10 @@ fn store_compiled(component: &Component, path: &Path) -> anyhow::Result<()> {
 fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     let name = format!(".tmp-{}-{:x}", std::process::id(), rand_suffix());
     let path = dir.join(name);
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
     Ok((path, file))
 }
 

@@ -85,7 +85,9 @@ impl Sandbox {
             .max_memories_per_component(8)
             .max_tables_per_component(8)
             .max_memory_size(usize::try_from(config.max_memory).context("max_memory")?)
-            .table_elements(usize::try_from(config.max_table_elements).context("max_table_elements")?)
+            .table_elements(
+                usize::try_from(config.max_table_elements).context("max_table_elements")?,
+            )
             .max_component_instance_size(1 << 20)
             .max_core_instance_size(1 << 20)
             .linear_memory_keep_resident(config.memory_keep_resident)
@@ -99,7 +101,9 @@ impl Sandbox {
             .max_wasm_stack(config.max_wasm_stack)
             .async_stack_size(config.max_wasm_stack + (512 << 10))
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&wasm).map_err(anyhow::Error::from).context("creating the wasmtime engine")?;
+        let engine = Engine::new(&wasm)
+            .map_err(anyhow::Error::from)
+            .context("creating the wasmtime engine")?;
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)

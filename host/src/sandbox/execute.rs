@@ -98,18 +98,30 @@ impl Sandbox {
             )));
         }
         if limits.timeout == Some(Duration::ZERO) {
-            return Err(PolicyError(format!("tenant `{}`: timeout must be above zero", tenant.name)));
+            return Err(PolicyError(format!(
+                "tenant `{}`: timeout must be above zero",
+                tenant.name
+            )));
         }
         Ok(())
     }
 
     /// Runs one task to its classified outcome. Never panics on anything a
     /// guest or its input can do; the instance is gone when this returns.
-    pub async fn execute(&self, component: &LoadedComponent, tenant: &Tenant, task: Task) -> Outcome {
+    pub async fn execute(
+        &self,
+        component: &LoadedComponent,
+        tenant: &Tenant,
+        task: Task,
+    ) -> Outcome {
         let policy = &tenant.retry;
         let limits = &tenant.limits;
         let Some(activity) = component.activity(&task.activity_type) else {
-            let known: Vec<&str> = component.activities.iter().map(|a| a.name.as_str()).collect();
+            let known: Vec<&str> = component
+                .activities
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect();
             return Err(Failure::new(
                 FailureClass::UnknownActivity,
                 policy,
@@ -121,7 +133,8 @@ impl Sandbox {
                 ),
             ));
         };
-        let invalid_input = |message: String| Failure::new(FailureClass::InvalidInput, policy, message);
+        let invalid_input =
+            |message: String| Failure::new(FailureClass::InvalidInput, policy, message);
         if task.args.len() != activity.params.len() {
             return Err(invalid_input(format!(
                 "`{}` takes {} argument(s), {}, but got {}",
@@ -185,7 +198,11 @@ impl Sandbox {
         if self.config.fuel {
             let fuel = limits.fuel.unwrap_or(u64::MAX);
             if let Err(e) = store.set_fuel(fuel) {
-                return Err(Failure::new(FailureClass::Host, policy, format!("setting fuel: {e:#}")));
+                return Err(Failure::new(
+                    FailureClass::Host,
+                    policy,
+                    format!("setting fuel: {e:#}"),
+                ));
             }
         }
         // Yield to the runtime at every epoch tick: this is what lets the
@@ -201,7 +218,9 @@ impl Sandbox {
                 let instance = component.pre.instantiate_async(&mut store).await?;
                 let func = instance
                     .get_func(&mut store, activity.export)
-                    .ok_or_else(|| wasmtime::Error::msg(format!("export `{}` vanished", activity.name)))?;
+                    .ok_or_else(|| {
+                        wasmtime::Error::msg(format!("export `{}` vanished", activity.name))
+                    })?;
                 func.call_async(&mut store, &params, &mut results).await
             };
             let deadline = async {
@@ -225,9 +244,13 @@ impl Sandbox {
 
         match ended {
             Ended::Returned(Ok(())) => {
-                let outcome = result_to_outcome(activity.result.as_ref(), results.first(), limits, policy);
+                let outcome =
+                    result_to_outcome(activity.result.as_ref(), results.first(), limits, policy);
                 match outcome {
-                    Err(failure) if task.cancel.is_cancelled() && failure.class == FailureClass::Application => {
+                    Err(failure)
+                        if task.cancel.is_cancelled()
+                            && failure.class == FailureClass::Application =>
+                    {
                         Err(Failure {
                             class: FailureClass::Cancelled,
                             kind: FailureClass::Cancelled.as_str().to_owned(),
@@ -267,7 +290,12 @@ impl Sandbox {
 }
 
 /// Turns what the guest returned into the outcome.
-fn result_to_outcome(ty: Option<&Type>, val: Option<&Val>, limits: &Limits, policy: &RetryPolicy) -> Outcome {
+fn result_to_outcome(
+    ty: Option<&Type>,
+    val: Option<&Val>,
+    limits: &Limits,
+    policy: &RetryPolicy,
+) -> Outcome {
     let invalid = |message: String| Failure::new(FailureClass::InvalidOutput, policy, message);
     let value = match (ty, val) {
         (None, _) => Value::Null,
@@ -276,7 +304,9 @@ fn result_to_outcome(ty: Option<&Type>, val: Option<&Val>, limits: &Limits, poli
                 .map_err(|e| invalid(format!("the result {e}")))?,
             Err(err) => return Err(guest_failure(result, err.as_deref(), limits, policy)),
         },
-        (Some(ty), Some(val)) => to_json(ty, val).map_err(|e| invalid(format!("the result {e}")))?,
+        (Some(ty), Some(val)) => {
+            to_json(ty, val).map_err(|e| invalid(format!("the result {e}")))?
+        }
         (Some(_), None) => return Err(invalid("the guest returned no result".into())),
     };
     let size = value.to_string().len();
@@ -292,24 +322,37 @@ fn result_to_outcome(ty: Option<&Type>, val: Option<&Val>, limits: &Limits, poli
 /// A guest's `err(...)`: the `corral:activity/types.failure` record keeps
 /// the guest's kind, retryable flag and details; any other error type is a
 /// retryable `Application` failure with the error value as details.
-fn guest_failure(result: &ResultType, err: Option<&Val>, limits: &Limits, policy: &RetryPolicy) -> Failure {
-    if let Some(Val::Record(fields)) = err {
-        if let Some(failure) = failure_record(fields) {
-            let size = failure.message.len() + failure.details.as_ref().map_or(0, |d| d.to_string().len());
-            if size > limits.max_output {
-                return Failure::new(
-                    FailureClass::InvalidOutput,
-                    policy,
-                    format!("the guest's failure is {size} bytes, over the limit of {} bytes", limits.max_output),
-                );
-            }
-            return failure;
+fn guest_failure(
+    result: &ResultType,
+    err: Option<&Val>,
+    limits: &Limits,
+    policy: &RetryPolicy,
+) -> Failure {
+    if let Some(Val::Record(fields)) = err
+        && let Some(failure) = failure_record(fields)
+    {
+        let size =
+            failure.message.len() + failure.details.as_ref().map_or(0, |d| d.to_string().len());
+        if size > limits.max_output {
+            return Failure::new(
+                FailureClass::InvalidOutput,
+                policy,
+                format!(
+                    "the guest's failure is {size} bytes, over the limit of {} bytes",
+                    limits.max_output
+                ),
+            );
         }
+        return failure;
     }
     let details = match convert::payload_to_json(result.err(), err) {
         Ok(details) => details,
         Err(e) => {
-            return Failure::new(FailureClass::InvalidOutput, policy, format!("the error value {e}"));
+            return Failure::new(
+                FailureClass::InvalidOutput,
+                policy,
+                format!("the error value {e}"),
+            );
         }
     };
     let mut shown = details.to_string();
@@ -335,8 +378,12 @@ fn failure_record(fields: &[(String, Val)]) -> Option<Failure> {
     else {
         return None;
     };
-    if (message_name.as_str(), kind_name.as_str(), retryable_name.as_str(), details_name.as_str())
-        != ("message", "kind", "retryable", "details")
+    if (
+        message_name.as_str(),
+        kind_name.as_str(),
+        retryable_name.as_str(),
+        details_name.as_str(),
+    ) != ("message", "kind", "retryable", "details")
     {
         return None;
     }
@@ -349,7 +396,11 @@ fn failure_record(fields: &[(String, Val)]) -> Option<Failure> {
     };
     Some(Failure {
         class: FailureClass::Application,
-        kind: if kind.is_empty() { "Application".to_owned() } else { kind.clone() },
+        kind: if kind.is_empty() {
+            "Application".to_owned()
+        } else {
+            kind.clone()
+        },
         retryable: *retryable,
         message: message.clone(),
         details,

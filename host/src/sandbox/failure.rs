@@ -170,7 +170,11 @@ impl fmt::Display for Failure {
         } else {
             "non-retryable"
         };
-        write!(f, "{} ({}, {retry}): {}", self.class, self.kind, self.message)
+        write!(
+            f,
+            "{} ({}, {retry}): {}",
+            self.class, self.kind, self.message
+        )
     }
 }
 

@@ -92,7 +92,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "m" => Duration::from_secs(number.saturating_mul(60)),
         "h" => Duration::from_secs(number.saturating_mul(3600)),
         "" => return Err(format!("`{text}` needs a unit: ms, s, m or h")),
-        other => return Err(format!("`{text}`: unknown unit `{other}` (use ms, s, m or h)")),
+        other => {
+            return Err(format!(
+                "`{text}`: unknown unit `{other}` (use ms, s, m or h)"
+            ));
+        }
     };
     Ok(duration)
 }
@@ -101,7 +105,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub fn format_bytes(bytes: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (unit, scale) in UNITS {
-        if bytes >= scale && bytes % scale == 0 {
+        if bytes >= scale && bytes.is_multiple_of(scale) {
             return format!("{} {unit}", bytes / scale);
         }
     }
@@ -232,7 +236,11 @@ mod tests {
         let err = parse_bytes("64mb").unwrap_err();
         assert!(err.contains("unknown unit `mb`"), "{err}");
         assert!(parse_bytes("lots").unwrap_err().contains("not a byte size"));
-        assert!(parse_bytes("99999999999GiB").unwrap_err().contains("too large"));
+        assert!(
+            parse_bytes("99999999999GiB")
+                .unwrap_err()
+                .contains("too large")
+        );
     }
 
     #[test]
@@ -241,7 +249,11 @@ mod tests {
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("5").unwrap_err().contains("needs a unit"));
-        assert!(parse_duration("5d").unwrap_err().contains("unknown unit `d`"));
+        assert!(
+            parse_duration("5d")
+                .unwrap_err()
+                .contains("unknown unit `d`")
+        );
     }
 
     #[test]

@@ -23,4 +23,6 @@ pub use execute::{Task, Tenant};
 pub use failure::{Failure, FailureClass, Outcome, RetryPolicy};
 pub use limits::{Limits, format_bytes, parse_bytes, parse_duration};
 pub use observer::{LogLevel, Stream, TaskObserver, Unobserved};
-pub use signature::{ActivityDescription, ActivityType, ParamDescription, UnsupportedExport, render};
+pub use signature::{
+    ActivityDescription, ActivityType, ParamDescription, UnsupportedExport, render,
+};

@@ -86,7 +86,13 @@ pub(crate) fn exported_functions(
         match item.ty {
             ComponentItem::ComponentFunc(func) => {
                 let index = component.get_export_index(None, export_name);
-                classify(export_name.to_owned(), &func, index, &mut found, &mut unsupported);
+                classify(
+                    export_name.to_owned(),
+                    &func,
+                    index,
+                    &mut found,
+                    &mut unsupported,
+                );
             }
             ComponentItem::ComponentInstance(instance) => {
                 let Some(instance_index) = component.get_export_index(None, export_name) else {
@@ -178,7 +184,9 @@ fn unrepresentable(ty: &Type) -> Option<String> {
         Type::Map(m) => unrepresentable(&m.key()).or_else(|| unrepresentable(&m.value())),
         Type::Record(r) => r.fields().find_map(|f| unrepresentable(&f.ty)),
         Type::Tuple(t) => t.types().find_map(|t| unrepresentable(&t)),
-        Type::Variant(v) => v.cases().find_map(|c| c.ty.as_ref().and_then(unrepresentable)),
+        Type::Variant(v) => v
+            .cases()
+            .find_map(|c| c.ty.as_ref().and_then(unrepresentable)),
         Type::Option(o) => unrepresentable(&o.ty()),
         Type::Result(r) => r
             .ok()

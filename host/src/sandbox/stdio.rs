@@ -39,7 +39,11 @@ pub(crate) struct Capture {
 }
 
 impl Capture {
-    pub(crate) fn new(labels: TaskLabels, observer: Arc<dyn TaskObserver>, budget: usize) -> Arc<Mutex<Capture>> {
+    pub(crate) fn new(
+        labels: TaskLabels,
+        observer: Arc<dyn TaskObserver>,
+        budget: usize,
+    ) -> Arc<Mutex<Capture>> {
         Arc::new(Mutex::new(Capture {
             labels,
             observer,
@@ -150,7 +154,9 @@ impl GuestOutput {
 /// The capture lock is never held across a call that can panic, so a
 /// poisoned lock still holds consistent data.
 pub(crate) fn lock(capture: &Mutex<Capture>) -> MutexGuard<'_, Capture> {
-    capture.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    capture
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl IsTerminal for GuestOutput {
@@ -193,7 +199,11 @@ impl Pollable for GuestOutput {
 }
 
 impl AsyncWrite for GuestOutput {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.write_all(buf);
         Poll::Ready(Ok(buf.len()))
     }

@@ -88,10 +88,7 @@ fn convert(ty: &Type, val: &Val, path: &mut JsonPath) -> Result<Value, ConvertEr
             Value::Array(out)
         }
         (Type::Variant(variant), Val::Variant(name, payload)) => {
-            let case_ty = variant
-                .cases()
-                .find(|c| c.name == name)
-                .and_then(|c| c.ty);
+            let case_ty = variant.cases().find(|c| c.name == name).and_then(|c| c.ty);
             match (case_ty, payload) {
                 (Some(ty), Some(payload)) => {
                     let value = path.field(name, |p| convert(&ty, payload, p))?;

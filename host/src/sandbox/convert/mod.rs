@@ -96,7 +96,10 @@ pub(crate) fn names_match(wit: &str, key: &str) -> bool {
     }
     if key.contains('_') {
         return key.len() == wit.len()
-            && key.chars().zip(wit.chars()).all(|(k, w)| k == w || (k == '_' && w == '-'));
+            && key
+                .chars()
+                .zip(wit.chars())
+                .all(|(k, w)| k == w || (k == '_' && w == '-'));
     }
     // camelCase: every upper-case letter starts a new kebab-case word.
     let mut kebab = String::with_capacity(wit.len());

@@ -16,7 +16,9 @@ fn keys_match_in_kebab_snake_and_camel_case() {
 #[test]
 fn paths_render_fields_and_indices() {
     let mut path = JsonPath::default();
-    let err = path.field("items", |p| p.index(3, |p| p.field("price", |p| p.error("bad"))));
+    let err = path.field("items", |p| {
+        p.index(3, |p| p.field("price", |p| p.error("bad")))
+    });
     assert_eq!(err.to_string(), "$.items[3].price: bad");
     assert_eq!(path.to_string(), "$");
 }

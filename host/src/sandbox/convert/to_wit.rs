@@ -84,7 +84,11 @@ fn convert(ty: &Type, json: &Value, path: &mut JsonPath) -> Result<Val, ConvertE
         Type::Variant(variant) => self::variant(variant, json, path)?,
         Type::Enum(e) => {
             let Value::String(name) = json else {
-                return Err(mismatch(path, &format!("one of {}", list_names(e.names())), json));
+                return Err(mismatch(
+                    path,
+                    &format!("one of {}", list_names(e.names())),
+                    json,
+                ));
             };
             match e.names().find(|case| names_match(case, name)) {
                 Some(case) => Val::Enum(case.to_owned()),
@@ -136,15 +140,15 @@ fn convert(ty: &Type, json: &Value, path: &mut JsonPath) -> Result<Val, ConvertE
 
 fn list(list: &types::List, json: &Value, path: &mut JsonPath) -> Result<Val, ConvertError> {
     let element = list.ty();
-    if element == Type::U8 {
-        if let Value::String(text) = json {
-            let bytes = BASE64.decode(text).map_err(|e| {
-                path.error(format!(
-                    "expected list<u8> as a base64 string or an array of numbers: {e}"
-                ))
-            })?;
-            return Ok(Val::List(bytes.into_iter().map(Val::U8).collect()));
-        }
+    if element == Type::U8
+        && let Value::String(text) = json
+    {
+        let bytes = BASE64.decode(text).map_err(|e| {
+            path.error(format!(
+                "expected list<u8> as a base64 string or an array of numbers: {e}"
+            ))
+        })?;
+        return Ok(Val::List(bytes.into_iter().map(Val::U8).collect()));
     }
     let items = array(json, path, "array")?;
     Ok(Val::List(elements(&element, items, path)?))
@@ -180,7 +184,13 @@ fn map(map: &types::Map, json: &Value, path: &mut JsonPath) -> Result<Val, Conve
                 entries.push(entry);
             }
         }
-        other => return Err(mismatch(path, "an object or an array of [key, value] pairs", other)),
+        other => {
+            return Err(mismatch(
+                path,
+                "an object or an array of [key, value] pairs",
+                other,
+            ));
+        }
     }
     Ok(Val::Map(entries))
 }
@@ -220,7 +230,11 @@ fn lookup<'a>(object: &'a Map<String, Value>, wit_name: &str) -> Option<&'a Valu
     })
 }
 
-fn variant(variant: &types::Variant, json: &Value, path: &mut JsonPath) -> Result<Val, ConvertError> {
+fn variant(
+    variant: &types::Variant,
+    json: &Value,
+    path: &mut JsonPath,
+) -> Result<Val, ConvertError> {
     let expected = || list_names(variant.cases().map(|c| c.name));
     let (name, payload) = match json {
         Value::String(name) => (name, None),
@@ -233,17 +247,25 @@ fn variant(variant: &types::Variant, json: &Value, path: &mut JsonPath) -> Resul
         other => {
             return Err(mismatch(
                 path,
-                &format!("\"case\" or {{\"case\": payload}} with a case of {}", expected()),
+                &format!(
+                    "\"case\" or {{\"case\": payload}} with a case of {}",
+                    expected()
+                ),
                 other,
             ));
         }
     };
     let Some(case) = variant.cases().find(|c| names_match(c.name, name)) else {
-        return Err(path.error(format!("unknown case \"{name}\" (expected one of {})", expected())));
+        return Err(path.error(format!(
+            "unknown case \"{name}\" (expected one of {})",
+            expected()
+        )));
     };
     let value = match (&case.ty, payload) {
         (None, None | Some(Value::Null)) => None,
-        (Some(ty), Some(payload)) => Some(Box::new(path.field(case.name, |p| convert(ty, payload, p))?)),
+        (Some(ty), Some(payload)) => Some(Box::new(
+            path.field(case.name, |p| convert(ty, payload, p))?,
+        )),
         (Some(_), None) => {
             return Err(path.error(format!(
                 "case \"{}\" carries a payload: write {{\"{}\": …}}",
@@ -260,18 +282,28 @@ fn variant(variant: &types::Variant, json: &Value, path: &mut JsonPath) -> Resul
     Ok(Val::Variant(case.name.to_owned(), value))
 }
 
-fn result(result: &types::ResultType, json: &Value, path: &mut JsonPath) -> Result<Val, ConvertError> {
+fn result(
+    result: &types::ResultType,
+    json: &Value,
+    path: &mut JsonPath,
+) -> Result<Val, ConvertError> {
     let entry = match json {
         Value::Object(object) if object.len() == 1 => object.iter().next(),
         _ => None,
     };
     let payload = |ty: Option<Type>, value: &Value, p: &mut JsonPath, name: &str| match ty {
-        Some(ty) => p.field(name, |p| convert(&ty, value, p)).map(|v| Some(Box::new(v))),
+        Some(ty) => p
+            .field(name, |p| convert(&ty, value, p))
+            .map(|v| Some(Box::new(v))),
         None if value.is_null() => Ok(None),
-        None => Err(p.error(format!("\"{name}\" of this result carries no value: use null"))),
+        None => Err(p.error(format!(
+            "\"{name}\" of this result carries no value: use null"
+        ))),
     };
     match entry {
-        Some((key, value)) if key == "ok" => Ok(Val::Result(Ok(payload(result.ok(), value, path, "ok")?))),
+        Some((key, value)) if key == "ok" => {
+            Ok(Val::Result(Ok(payload(result.ok(), value, path, "ok")?)))
+        }
         Some((key, value)) if key == "err" => {
             Ok(Val::Result(Err(payload(result.err(), value, path, "err")?)))
         }
@@ -339,5 +371,8 @@ fn describe(value: &Value) -> String {
 }
 
 fn list_names<'a>(names: impl Iterator<Item = &'a str>) -> String {
-    names.map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ")
+    names
+        .map(|n| format!("\"{n}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -1,0 +1,227 @@
+//! The `corral` command-line contract that other tools script against:
+//! `inspect --json` shape, `run` exit codes 0/1/2, `--json` failure shape,
+//! heartbeats and logs on stderr.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+use common::example;
+
+fn corral(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(args)
+        .arg("--no-cache")
+        .output()
+        .expect("the corral binary runs")
+}
+
+fn stdout_json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn inspect_json_lists_activities_with_typed_params_and_imports() {
+    let greeter = example("greeter");
+    let output = corral(&["inspect", greeter.to_str().unwrap(), "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let doc = stdout_json(&output);
+    let greet_all = &doc["activities"][1];
+    assert_eq!(
+        greet_all,
+        &json!({
+            "name": "demo:greeter/api.greet-all",
+            "params": [{
+                "name": "people",
+                "type": "list<record { name: string, title: option<string>, language: enum { english, french, german } }>"
+            }],
+            "result": "list<string>"
+        })
+    );
+    let imports = doc["imports"].as_array().unwrap();
+    assert!(imports.contains(&json!("corral:activity/context@0.1.0")));
+    assert!(doc["digest"].as_str().unwrap().starts_with("sha256:"));
+}
+
+#[test]
+fn run_prints_the_result_and_exits_zero_with_heartbeats_and_logs_on_stderr() {
+    let progress = example("progress");
+    let output = corral(&[
+        "run",
+        progress.to_str().unwrap(),
+        "demo:progress/api.count-to",
+        "2",
+        "1",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout_json(&output), json!(2));
+    let err = stderr(&output);
+    assert!(err.contains("heartbeat #1: {\"done\":1}"), "{err}");
+    assert!(err.contains("heartbeat #2: {\"done\":2}"), "{err}");
+
+    let greeter = example("greeter");
+    let output = corral(&[
+        "run",
+        greeter.to_str().unwrap(),
+        "demo:greeter/api.greet",
+        r#"{"name":"Ada","language":"english"}"#,
+        r#""casual""#,
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout_json(&output)["message"], "Hi, Ada!");
+    assert!(
+        stderr(&output).contains("[info] greeting Ada"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_failed_activity_exits_one_with_exactly_the_json_failure_shape() {
+    let misbehave = example("misbehave");
+    let output = corral(&[
+        "run",
+        misbehave.to_str().unwrap(),
+        "demo:misbehave/api.fail",
+        r#""Declined""#,
+        "false",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stdout_json(&output),
+        json!({
+            "class": "Application",
+            "kind": "Declined",
+            "retryable": false,
+            "message": "failed on purpose: Declined",
+            "details": {"why": "asked to"}
+        })
+    );
+
+    let output = corral(&[
+        "run",
+        misbehave.to_str().unwrap(),
+        "demo:misbehave/api.spin",
+        "--timeout",
+        "300ms",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let failure = stdout_json(&output);
+    assert_eq!(failure["class"], "Timeout");
+    assert_eq!(failure["retryable"], true);
+
+    let output = corral(&[
+        "run",
+        misbehave.to_str().unwrap(),
+        "demo:misbehave/api.allocate",
+        "100",
+        "--memory",
+        "16MiB",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(output.stdout.is_empty());
+    let err = stderr(&output);
+    assert!(err.contains("ResourceExhausted"), "{err}");
+    assert!(
+        err.contains("linear memory limit of 16 MiB exceeded"),
+        "{err}"
+    );
+}
+
+#[test]
+fn grants_and_env_are_given_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("in.txt"), "granted").unwrap();
+    let files = example("files");
+    let grant = format!("{}:/data", dir.path().display());
+    let output = corral(&[
+        "run",
+        files.to_str().unwrap(),
+        "demo:files/api.read",
+        r#""/data/in.txt""#,
+        "--dir",
+        &grant,
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout_json(&output), json!("granted"));
+
+    let misbehave = example("misbehave");
+    let output = corral(&[
+        "run",
+        misbehave.to_str().unwrap(),
+        "demo:misbehave/api.environment",
+        "--env",
+        "A=1",
+    ]);
+    assert_eq!(stdout_json(&output), json!([["A", "1"]]));
+
+    // Negative numbers are JSON arguments, not flags.
+    let echo = example("echo");
+    let output = corral(&[
+        "run",
+        echo.to_str().unwrap(),
+        "demo:echo/api.echo-s32",
+        "-5",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout_json(&output), json!(-5));
+}
+
+#[test]
+fn usage_and_load_errors_exit_two_with_the_reason() {
+    let greeter = example("greeter");
+    let g = greeter.to_str().unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["run", g, "demo:greeter/api.greet", "{not json", "\"x\""],
+            "argument 1 is not JSON",
+        ),
+        (
+            &["run", g, "demo:greeter/api.nope"],
+            "has no activity type `demo:greeter/api.nope`",
+        ),
+        (&["run", "/no/such.wasm", "x"], "reading `/no/such.wasm`"),
+        (
+            &["run", g, "demo:greeter/api.greet", "--memory", "lots"],
+            "not a byte size",
+        ),
+        (
+            &[
+                "run",
+                g,
+                "demo:greeter/api.greet",
+                "--dir",
+                "/no/such/dir:/data",
+            ],
+            "/no/such/dir",
+        ),
+        (&["inspect", "Cargo.toml"], "not a WebAssembly binary"),
+    ];
+    for (args, expected) in cases {
+        let output = corral(args);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(expected),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+}
