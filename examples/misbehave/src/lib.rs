@@ -68,6 +68,10 @@ impl Guest for Misbehave {
         std::process::exit(i32::from(code));
     }
 
+    fn memory_size() -> u64 {
+        core::arch::wasm32::memory_size(0) as u64 * 65536
+    }
+
     fn counter() -> u32 {
         COUNTER.fetch_add(1, Ordering::SeqCst) + 1
     }

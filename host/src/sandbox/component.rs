@@ -43,6 +43,11 @@ impl fmt::Debug for LoadedComponent {
 }
 
 impl LoadedComponent {
+    /// The compiled wasmtime component.
+    pub fn component(&self) -> &Component {
+        self.pre.component()
+    }
+
     /// The activity type called `name`.
     pub fn activity(&self, name: &str) -> Option<&ActivityType> {
         self.activities.iter().find(|a| a.name == name)

@@ -130,6 +130,12 @@ impl Sandbox {
     pub fn config(&self) -> &SandboxConfig {
         &self.config
     }
+
+    /// The wasmtime engine every component is compiled for (for benchmarks
+    /// that compare corral against raw wasmtime with identical settings).
+    pub fn engine(&self) -> &wasmtime::Engine {
+        &self.engine
+    }
 }
 
 /// Increments the engine's epoch every tick until dropped. Every running

@@ -1,0 +1,249 @@
+//! Sandbox benchmarks (`cargo bench -p corral --bench sandbox`; needs
+//! `examples/build.sh` first).
+//!
+//! 1. Per-task overhead: corral's full path (dispatch, fresh store and
+//!    instance, JSON→WIT, call, WIT→JSON, classify, teardown) for a trivial
+//!    activity, against a raw wasmtime loop (fresh store + instantiate from an
+//!    `InstancePre` + typed call) on the very same engine, interleaved in one
+//!    run. Prints both in µs/task and their ratio.
+//! 2. Many in flight: N tasks (default 10,000; `CORRAL_BENCH_INFLIGHT`)
+//!    sleeping on the WASI clock at once; prints the host's resident memory
+//!    per in-flight task beyond the guest's own linear memory.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use corral::sandbox::{Limits, LoadedComponent, Sandbox, SandboxConfig, Task, Tenant};
+use serde_json::json;
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime::{Store, UpdateDeadline};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+const ROUNDS: usize = 7;
+const TASKS_PER_ROUND: usize = 2000;
+
+fn example(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/dist/{name}.wasm"))
+}
+
+struct Raw {
+    wasi: WasiCtx,
+    table: ResourceTable,
+}
+
+impl WasiView for Raw {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+async fn overhead() -> Result<()> {
+    let sandbox = Sandbox::new(SandboxConfig::default())?;
+    let echo = sandbox
+        .load_file(&example("echo"))
+        .context("run examples/build.sh first")?;
+    let tenant = Tenant {
+        name: "bench".into(),
+        ..Tenant::default()
+    };
+
+    // The raw floor: same engine (pooling, epochs, fuel), same component.
+    let engine = sandbox.engine();
+    let mut linker: Linker<Raw> = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    linker.define_unknown_imports_as_traps(echo.component())?;
+    let pre = linker.instantiate_pre(echo.component())?;
+    let api = echo
+        .component()
+        .get_export_index(None, "demo:echo/api")
+        .context("api")?;
+    let func = echo
+        .component()
+        .get_export_index(Some(&api), "echo-u32")
+        .context("echo-u32")?;
+
+    let raw_task = || async {
+        let mut store = Store::new(
+            engine,
+            Raw {
+                wasi: WasiCtx::builder().build(),
+                table: ResourceTable::new(),
+            },
+        );
+        store.set_fuel(u64::MAX)?;
+        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        store.set_epoch_deadline(1);
+        let instance = pre.instantiate_async(&mut store).await?;
+        let f = instance.get_typed_func::<(u32,), (u32,)>(&mut store, func)?;
+        let (out,) = f.call_async(&mut store, (7,)).await?;
+        anyhow::ensure!(out == 7);
+        Ok::<_, anyhow::Error>(())
+    };
+    let corral_task = |echo: &LoadedComponent| {
+        let task = Task::new("demo:echo/api.echo-u32", vec![json!(7)]);
+        let sandbox = &sandbox;
+        let tenant = &tenant;
+        async move {
+            let out = sandbox.execute(echo, tenant, task).await;
+            anyhow::ensure!(out == Ok(json!(7)), "{out:?}");
+            Ok::<_, anyhow::Error>(())
+        }
+    };
+
+    // Warm up both paths.
+    for _ in 0..200 {
+        raw_task().await?;
+        corral_task(&echo).await?;
+    }
+    let (mut raw, mut full) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        for _ in 0..TASKS_PER_ROUND {
+            raw_task().await?;
+        }
+        raw.push(start.elapsed().as_secs_f64() * 1e6 / TASKS_PER_ROUND as f64);
+        let start = Instant::now();
+        for _ in 0..TASKS_PER_ROUND {
+            corral_task(&echo).await?;
+        }
+        full.push(start.elapsed().as_secs_f64() * 1e6 / TASKS_PER_ROUND as f64);
+    }
+    let (raw, full) = (median(raw), median(full));
+    println!("per-task overhead ({ROUNDS} rounds × {TASKS_PER_ROUND} tasks, medians):");
+    println!("  raw wasmtime (store + instantiate + typed call): {raw:8.2} µs/task");
+    println!("  corral full path (JSON in/out, classify):        {full:8.2} µs/task");
+    println!("  ratio corral / raw: {:.3} (target ≤ 1.3)", full / raw);
+    Ok(())
+}
+
+/// Resident bytes of the largest mapping: the pooling allocator's
+/// linear-memory pool, i.e. the guests' own resident linear memory.
+fn linear_memory_pool_resident() -> Result<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps")?;
+    let (mut best_size, mut best_rss, mut size) = (0u64, 0u64, 0u64);
+    for line in smaps.lines() {
+        let kib = |l: &str| -> u64 {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        if line.starts_with("Size:") {
+            size = kib(line);
+        } else if line.starts_with("Rss:") && size > best_size {
+            best_size = size;
+            best_rss = kib(line);
+        }
+    }
+    Ok(best_rss)
+}
+
+fn resident_bytes() -> Result<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm")?;
+    let pages: u64 = statm.split_whitespace().nth(1).context("statm")?.parse()?;
+    Ok(pages * 4096)
+}
+
+async fn in_flight() -> Result<()> {
+    let n: usize = std::env::var("CORRAL_BENCH_INFLIGHT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let sandbox = Sandbox::new(SandboxConfig {
+        max_instances: u32::try_from(n)? + 16,
+        max_memory: 16 << 20,
+        ..SandboxConfig::default()
+    })?;
+    let misbehave = sandbox.load_file(&example("misbehave"))?;
+    let tenant = Tenant {
+        name: "bench".into(),
+        limits: Limits {
+            memory: 16 << 20,
+            ..Limits::default()
+        },
+        ..Tenant::default()
+    };
+    let linear = match sandbox
+        .execute(
+            &misbehave,
+            &tenant,
+            Task::new("demo:misbehave/api.memory-size", vec![]),
+        )
+        .await
+    {
+        Ok(size) => size.as_u64().context("memory-size")?,
+        Err(f) => anyhow::bail!("memory-size: {f}"),
+    };
+    let before = resident_bytes()?;
+    let pool_before = linear_memory_pool_resident()?;
+    let sleep_ms = 4000 + n as u64 / 2;
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    let shared = std::sync::Arc::new((sandbox, misbehave, tenant));
+    for _ in 0..n {
+        let shared = shared.clone();
+        tasks.spawn(async move {
+            let (sandbox, misbehave, tenant) = &*shared;
+            let task = Task::new("demo:misbehave/api.sleep", vec![json!(sleep_ms)]);
+            sandbox.execute(misbehave, tenant, task).await
+        });
+    }
+    // Sample while all tasks sleep.
+    let (mut peak, mut pool_at_peak) = (before, pool_before);
+    while started.elapsed() < Duration::from_millis(sleep_ms - 1000) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = resident_bytes()?;
+        if now > peak {
+            peak = now;
+            pool_at_peak = linear_memory_pool_resident()?;
+        }
+    }
+    let mut ok = 0;
+    while let Some(done) = tasks.join_next().await {
+        if matches!(done?, Ok(_)) {
+            ok += 1;
+        }
+    }
+    anyhow::ensure!(ok == n, "only {ok} of {n} tasks succeeded");
+    let kib = |bytes: u64| bytes as f64 / n as f64 / 1024.0;
+    let total = kib(peak.saturating_sub(before));
+    let guests = kib(pool_at_peak.saturating_sub(pool_before));
+    println!("{n} tasks in flight at once, sleeping on the WASI clock (all completed):");
+    println!("  resident memory per in-flight task:          {total:8.1} KiB");
+    println!(
+        "  of which the guest's own linear memory:      {guests:8.1} KiB (its size: {} KiB)",
+        linear / 1024
+    );
+    println!(
+        "  host memory beyond the guest's linear memory: {:8.1} KiB (target ≤ 200 KiB)",
+        total - guests
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let only = |name: &str| {
+        !args.iter().skip(1).any(|a| !a.starts_with('-')) || args.iter().any(|a| a == name)
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    if only("overhead") {
+        runtime.block_on(overhead())?;
+    }
+    if only("inflight") {
+        runtime.block_on(in_flight())?;
+    }
+    Ok(())
+}
