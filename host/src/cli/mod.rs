@@ -4,6 +4,7 @@
 
 mod inspect;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +31,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Run one activity of a component in the sandbox, with JSON arguments.
     Run(run::Args),
+    /// Serve the configured tenants' activities to Temporal until SIGINT/SIGTERM.
+    Serve(serve::Args),
 }
 
 /// Options every command that loads components shares.
@@ -59,7 +62,7 @@ impl CacheArgs {
     }
 }
 
-fn default_cache_dir() -> Option<PathBuf> {
+pub(crate) fn default_cache_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("CORRAL_CACHE_DIR") {
         return Some(PathBuf::from(dir));
     }
@@ -77,11 +80,17 @@ pub(crate) fn usage_error(message: impl std::fmt::Display) -> ExitCode {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A server logs what it does; one-shot commands print their own output.
+    let default_filter = match cli.command {
+        Command::Serve(_) => "warn,corral=info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -95,6 +104,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Inspect(args) => inspect::inspect(args),
             Command::Run(args) => run::run(args).await,
+            Command::Serve(args) => serve::serve(args).await,
         }
     })
 }

@@ -1,0 +1,415 @@
+//! The `corral serve` configuration: one TOML file, validated before
+//! anything starts, with errors that name the key.
+//!
+//! ```toml
+//! [host]
+//! max_concurrent = 64          # tasks at once, host-wide
+//! shutdown_grace = "30s"       # SIGINT/SIGTERM: how long in-flight tasks may finish
+//!
+//! [[tenant]]
+//! name = "acme"
+//! temporal = { address = "http://127.0.0.1:7233", namespace = "default", task_queue = "acme" }
+//! limits = { memory = "64MiB", timeout = "30s", max_concurrent = 16 }
+//! capabilities = { dirs = [{ host = "./data", guest = "/data", mode = "ro" }], env = { REGION = "eu" } }
+//! components = ["examples/dist/greeter.wasm"]
+//! aliases = { Greet = "demo:greeter/api.greet" }
+//! ```
+//!
+//! Relative paths are relative to the configuration file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::sandbox::{
+    Capabilities, DirGrant, DirMode, FailureClass, Limits, RetryPolicy, Tenant, parse_bytes,
+    parse_duration,
+};
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub host: HostConfig,
+    pub tenants: Vec<TenantConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    pub max_concurrent: usize,
+    pub shutdown_grace: Duration,
+    pub cache_dir: Option<PathBuf>,
+    pub max_memory: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct TenantConfig {
+    pub tenant: Tenant,
+    pub max_concurrent: usize,
+    pub temporal: TemporalBinding,
+    pub components: Vec<PathBuf>,
+    /// Alias → full activity type name.
+    pub aliases: BTreeMap<String, String>,
+}
+
+/// Where a tenant's Temporal worker polls.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemporalBinding {
+    pub address: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    pub task_queue: String,
+}
+
+fn default_namespace() -> String {
+    "default".to_owned()
+}
+
+/// A configuration that cannot be used, naming the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    host: RawHost,
+    #[serde(default)]
+    tenant: Vec<RawTenant>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    max_concurrent: Option<i64>,
+    shutdown_grace: Option<String>,
+    cache_dir: Option<PathBuf>,
+    max_memory: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    name: String,
+    temporal: Option<TemporalBinding>,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    capabilities: RawCapabilities,
+    #[serde(default)]
+    components: Vec<PathBuf>,
+    #[serde(default)]
+    aliases: BTreeMap<String, String>,
+    #[serde(default)]
+    retry: BTreeMap<String, bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory: Option<String>,
+    timeout: Option<String>,
+    max_concurrent: Option<i64>,
+    fuel: Option<u64>,
+    cancel_grace: Option<String>,
+    max_input: Option<String>,
+    max_output: Option<String>,
+    max_stdio: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawCapabilities {
+    #[serde(default)]
+    dirs: Vec<RawDir>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDir {
+    host: PathBuf,
+    guest: String,
+    #[serde(default)]
+    mode: Option<String>,
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("reading `{}`: {e}", path.display())))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Config::parse(&text, base).map_err(|e| ConfigError(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses and validates configuration text; relative paths are resolved
+    /// against `base`.
+    pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim_end().to_owned()))?;
+        let host = HostConfig {
+            max_concurrent: positive(raw.host.max_concurrent, 256, "host.max_concurrent")?,
+            shutdown_grace: duration(
+                raw.host.shutdown_grace.as_deref(),
+                "30s",
+                "host.shutdown_grace",
+            )?,
+            cache_dir: raw.host.cache_dir.map(|d| base.join(d)),
+            max_memory: bytes(raw.host.max_memory.as_deref(), "1GiB", "host.max_memory")?,
+        };
+        if raw.tenant.is_empty() {
+            return Err(ConfigError(
+                "no [[tenant]] is configured: nothing to serve".into(),
+            ));
+        }
+        let mut tenants: Vec<TenantConfig> = Vec::with_capacity(raw.tenant.len());
+        for (i, t) in raw.tenant.into_iter().enumerate() {
+            let key = |field: &str| format!("tenant[{i}] (`{}`).{field}", t.name);
+            if t.name.is_empty()
+                || !t
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(ConfigError(format!(
+                    "tenant[{i}].name: `{}` must be non-empty letters, digits, `-`, `_` or `.`",
+                    t.name
+                )));
+            }
+            if tenants.iter().any(|other| other.tenant.name == t.name) {
+                return Err(ConfigError(format!(
+                    "tenant[{i}].name: `{}` is configured twice",
+                    t.name
+                )));
+            }
+            let Some(temporal) = t.temporal.clone() else {
+                return Err(ConfigError(format!(
+                    "{}: missing (the engine this tenant serves)",
+                    key("temporal")
+                )));
+            };
+            if !temporal.address.starts_with("http://") && !temporal.address.starts_with("https://")
+            {
+                return Err(ConfigError(format!(
+                    "{}: `{}` must be a URL such as http://127.0.0.1:7233",
+                    key("temporal.address"),
+                    temporal.address
+                )));
+            }
+            if temporal.task_queue.is_empty() {
+                return Err(ConfigError(format!(
+                    "{}: must not be empty",
+                    key("temporal.task_queue")
+                )));
+            }
+            let defaults = Limits::default();
+            let l = &t.limits;
+            let limits = Limits {
+                memory: bytes(l.memory.as_deref(), "128MiB", &key("limits.memory"))?,
+                timeout: Some(duration(
+                    l.timeout.as_deref(),
+                    "5m",
+                    &key("limits.timeout"),
+                )?),
+                fuel: l.fuel,
+                cancel_grace: duration(
+                    l.cancel_grace.as_deref(),
+                    "5s",
+                    &key("limits.cancel_grace"),
+                )?,
+                max_input: size(
+                    l.max_input.as_deref(),
+                    defaults.max_input,
+                    &key("limits.max_input"),
+                )?,
+                max_output: size(
+                    l.max_output.as_deref(),
+                    defaults.max_output,
+                    &key("limits.max_output"),
+                )?,
+                max_stdio: size(
+                    l.max_stdio.as_deref(),
+                    defaults.max_stdio,
+                    &key("limits.max_stdio"),
+                )?,
+                ..defaults
+            };
+            let max_concurrent = positive(
+                l.max_concurrent,
+                host.max_concurrent as i64,
+                &key("limits.max_concurrent"),
+            )?;
+            let mut dirs = Vec::new();
+            for (j, d) in t.capabilities.dirs.iter().enumerate() {
+                let mode = match d.mode.as_deref() {
+                    None | Some("ro") => DirMode::ReadOnly,
+                    Some("rw") => DirMode::ReadWrite,
+                    Some(other) => {
+                        return Err(ConfigError(format!(
+                            "{}: `{other}` is not ro or rw",
+                            key(&format!("capabilities.dirs[{j}].mode"))
+                        )));
+                    }
+                };
+                dirs.push(DirGrant {
+                    host: base.join(&d.host),
+                    guest: d.guest.clone(),
+                    mode,
+                });
+            }
+            let mut retry = RetryPolicy::default();
+            for (class, retryable) in &t.retry {
+                let Some(c) = FailureClass::ALL.iter().find(|c| c.as_str() == class) else {
+                    return Err(ConfigError(format!(
+                        "{}: `{class}` is not a failure class ({})",
+                        key("retry"),
+                        FailureClass::ALL.map(FailureClass::as_str).join(", ")
+                    )));
+                };
+                retry.set(*c, *retryable);
+            }
+            if t.components.is_empty() {
+                return Err(ConfigError(format!(
+                    "{}: no component to serve",
+                    key("components")
+                )));
+            }
+            let tenant = Tenant {
+                name: t.name.clone(),
+                limits,
+                capabilities: Capabilities {
+                    dirs,
+                    env: t.capabilities.env.clone().into_iter().collect(),
+                },
+                retry,
+            };
+            tenant
+                .capabilities
+                .validate()
+                .map_err(|e| ConfigError(format!("{}: {e}", key("capabilities"))))?;
+            tenants.push(TenantConfig {
+                tenant,
+                max_concurrent,
+                temporal,
+                components: t.components.iter().map(|c| base.join(c)).collect(),
+                aliases: t.aliases.clone(),
+            });
+        }
+        Ok(Config { host, tenants })
+    }
+}
+
+fn positive(value: Option<i64>, default: i64, key: &str) -> Result<usize, ConfigError> {
+    let v = value.unwrap_or(default);
+    if v < 1 {
+        return Err(ConfigError(format!("{key}: must be at least 1, got {v}")));
+    }
+    usize::try_from(v).map_err(|_| ConfigError(format!("{key}: {v} is too large")))
+}
+
+fn duration(value: Option<&str>, default: &str, key: &str) -> Result<Duration, ConfigError> {
+    let d =
+        parse_duration(value.unwrap_or(default)).map_err(|e| ConfigError(format!("{key}: {e}")))?;
+    if d.is_zero() {
+        return Err(ConfigError(format!("{key}: must be above zero")));
+    }
+    Ok(d)
+}
+
+fn bytes(value: Option<&str>, default: &str, key: &str) -> Result<u64, ConfigError> {
+    parse_bytes(value.unwrap_or(default)).map_err(|e| ConfigError(format!("{key}: {e}")))
+}
+
+fn size(value: Option<&str>, default: usize, key: &str) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) => {
+            let b = parse_bytes(v).map_err(|e| ConfigError(format!("{key}: {e}")))?;
+            usize::try_from(b).map_err(|_| ConfigError(format!("{key}: too large")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        [host]
+        max_concurrent = 8
+        [[tenant]]
+        name = "acme"
+        temporal = { address = "http://127.0.0.1:7233", task_queue = "acme" }
+        limits = { memory = "64MiB", timeout = "30s", max_concurrent = 4 }
+        components = ["greeter.wasm"]
+        aliases = { Greet = "demo:greeter/api.greet" }
+        retry = { Trap = true }
+    "#;
+
+    fn error(text: &str) -> String {
+        Config::parse(text, Path::new("/etc/corral")).unwrap_err().0
+    }
+
+    #[test]
+    fn a_good_config_is_read_with_defaults_and_resolved_paths() {
+        let config = Config::parse(GOOD, Path::new("/etc/corral")).unwrap();
+        assert_eq!(config.host.max_concurrent, 8);
+        assert_eq!(config.host.shutdown_grace, Duration::from_secs(30));
+        let t = &config.tenants[0];
+        assert_eq!(t.tenant.limits.memory, 64 << 20);
+        assert_eq!(t.tenant.limits.timeout, Some(Duration::from_secs(30)));
+        assert_eq!(t.max_concurrent, 4);
+        assert_eq!(t.temporal.namespace, "default");
+        assert_eq!(t.components, [PathBuf::from("/etc/corral/greeter.wasm")]);
+        assert_eq!(t.aliases["Greet"], "demo:greeter/api.greet");
+        assert!(t.tenant.retry.retryable(FailureClass::Trap));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        assert!(
+            error(&GOOD.replace("max_concurrent = 4", "max_concurrent = 0"))
+                .contains("tenant[0] (`acme`).limits.max_concurrent: must be at least 1, got 0")
+        );
+        assert!(
+            error(&GOOD.replace("\"64MiB\"", "\"64 parsecs\""))
+                .contains("tenant[0] (`acme`).limits.memory")
+        );
+        assert!(
+            error(&GOOD.replace("\"30s\"", "\"30\"")).contains("limits.timeout: `30` needs a unit")
+        );
+        assert!(
+            error(&GOOD.replace("http://127.0.0.1:7233", "127.0.0.1:7233"))
+                .contains("temporal.address")
+        );
+        assert!(
+            error(&GOOD.replace("Trap = true", "Oops = true"))
+                .contains("`Oops` is not a failure class")
+        );
+        let unknown = error(&GOOD.replace("max_concurrent = 8", "max_concurent = 8"));
+        assert!(
+            unknown.contains("unknown field `max_concurent`"),
+            "{unknown}"
+        );
+        assert!(
+            error("[host]\nmax_concurrent = 0\n")
+                .contains("host.max_concurrent: must be at least 1")
+        );
+        assert!(error("").contains("no [[tenant]]"));
+        assert!(
+            error(&format!("{GOOD}\n[[tenant]]\nname = \"acme\"\n")).contains("configured twice")
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! The Temporal connector: an activity-only worker on Temporal's own Rust
+//! worker core (`temporalio-sdk-core`), one per tenant (namespace + task
+//! queue), whose activity slots are corral's permits.
+
+mod failure;
+pub mod payloads;
+mod slots;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_trait::async_trait;
+use serde_json::Value;
+use temporalio_client::{Connection, ConnectionOptions};
+use temporalio_common::protos::coresdk::activity_result::{
+    self as ar, ActivityExecutionResult, activity_execution_result::Status,
+};
+use temporalio_common::protos::coresdk::activity_task::{
+    ActivityCancelReason, ActivityTask, activity_task::Variant,
+};
+use temporalio_common::protos::coresdk::{ActivityHeartbeat, ActivityTaskCompletion};
+use temporalio_common::worker::WorkerTaskTypes;
+use temporalio_sdk_core::{
+    CoreRuntime, PollError, TunerBuilder, Url, Worker, WorkerConfig, WorkerVersioningStrategy,
+    init_worker,
+};
+use tokio::sync::{Mutex, mpsc};
+
+use crate::config::TemporalBinding;
+use crate::sandbox::TaskInfo;
+use crate::session::{
+    CancelReason, Connector, Inbound, Permits, Report, ReportError, TaskKey, TaskStart,
+};
+
+/// How long `connect` keeps trying to reach an unreachable server.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(30);
+
+/// How soon an activity without a heartbeat timeout learns it was
+/// cancelled.
+const CANCEL_LATENCY: Duration = Duration::from_secs(2);
+
+/// The identity this process reports to Temporal: `corral@<host>:<pid>`.
+pub fn identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("corral@{host}:{}", std::process::id())
+}
+
+/// One tenant's Temporal worker.
+pub struct TemporalConnector {
+    worker: Arc<Worker>,
+    inbound: Mutex<mpsc::Receiver<Inbound>>,
+}
+
+impl TemporalConnector {
+    /// Connects (retrying for a while when the server is not up yet) and
+    /// registers an activity-only worker on the tenant's task queue.
+    pub async fn connect(
+        runtime: &CoreRuntime,
+        tenant: &str,
+        binding: &TemporalBinding,
+        permits: Permits,
+        grace: Duration,
+    ) -> anyhow::Result<Self> {
+        let url = Url::parse(&binding.address)
+            .with_context(|| format!("tenant `{tenant}`: `{}` is not a URL", binding.address))?;
+        let connection = connect_with_retry(&url).await.with_context(|| {
+            format!(
+                "tenant `{tenant}`: cannot reach the Temporal server at {} (is it running? \
+                 `temporal server start-dev` starts one)",
+                binding.address
+            )
+        })?;
+        let mut tuner = TunerBuilder::default();
+        tuner.activity_slot_supplier(Arc::new(slots::PermitSlots::new(permits, tenant)));
+        let config = WorkerConfig::builder()
+            .namespace(binding.namespace.clone())
+            .task_queue(binding.task_queue.clone())
+            .task_types(WorkerTaskTypes::activity_only())
+            .tuner(Arc::new(tuner.build()))
+            .versioning_strategy(WorkerVersioningStrategy::None {
+                build_id: format!("corral-{}", env!("CARGO_PKG_VERSION")),
+            })
+            .graceful_shutdown_period(grace)
+            // Temporal delivers cancellation in heartbeat responses: an
+            // activity without a heartbeat timeout still hears of a cancel
+            // within this interval.
+            .default_heartbeat_throttle_interval(CANCEL_LATENCY)
+            .build()
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("tenant `{tenant}`: worker configuration"))?;
+        let worker = init_worker(runtime, config, connection)
+            .with_context(|| format!("tenant `{tenant}`: starting the Temporal worker"))?;
+        worker.validate().await.with_context(|| {
+            format!(
+                "tenant `{tenant}`: the Temporal server refused the worker (does namespace `{}` exist?)",
+                binding.namespace
+            )
+        })?;
+        let worker = Arc::new(worker);
+        let (sender, receiver) = mpsc::channel(64);
+        tokio::spawn(poll(worker.clone(), tenant.to_owned(), sender));
+        Ok(TemporalConnector {
+            worker,
+            inbound: Mutex::new(receiver),
+        })
+    }
+}
+
+async fn connect_with_retry(url: &Url) -> anyhow::Result<Connection> {
+    let started = std::time::Instant::now();
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let options = ConnectionOptions::new(url.clone())
+            .identity(identity())
+            .connect_timeout(Duration::from_secs(5))
+            .build();
+        match Connection::connect(options).await {
+            Ok(connection) => return Ok(connection),
+            Err(e) if started.elapsed() + backoff < CONNECT_PATIENCE => {
+                tracing::warn!("cannot reach {url} yet, retrying in {backoff:?}: {e}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(anyhow::Error::new(e)),
+        }
+    }
+}
+
+/// The poller runs in its own task: sdk-core's poll is not safe to drop
+/// mid-call (a task taken from the server would be lost), while the
+/// session loop's `select!` drops whatever branch did not win.
+async fn poll(worker: Arc<Worker>, tenant: String, sender: mpsc::Sender<Inbound>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match worker.poll_activity_task().await {
+            Ok(task) => {
+                backoff = Duration::from_millis(100);
+                if let Some(inbound) = inbound(task, &tenant)
+                    && sender.send(inbound).await.is_err()
+                {
+                    return;
+                }
+            }
+            Err(PollError::ShutDown) => return,
+            Err(e) => {
+                tracing::warn!(%tenant, "polling Temporal failed, retrying in {backoff:?}: {e}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// A protobuf duration (seconds and nanos); zero or negative is "none".
+fn duration(seconds: i64, nanos: i32) -> Option<Duration> {
+    let total = Duration::from_secs(u64::try_from(seconds).ok()?)
+        + Duration::from_nanos(u64::try_from(nanos).ok()?);
+    (!total.is_zero()).then_some(total)
+}
+
+macro_rules! proto_duration {
+    ($field:expr) => {
+        $field.as_ref().and_then(|d| duration(d.seconds, d.nanos))
+    };
+}
+
+fn inbound(task: ActivityTask, tenant: &str) -> Option<Inbound> {
+    match task.variant? {
+        Variant::Start(start) => {
+            let deadline = match (
+                proto_duration!(start.start_to_close_timeout),
+                proto_duration!(start.schedule_to_close_timeout),
+            ) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let workflow_id = start
+                .workflow_execution
+                .as_ref()
+                .map(|w| w.workflow_id.clone())
+                .filter(|id| !id.is_empty());
+            Some(Inbound::Start(Box::new(TaskStart {
+                key: task.task_token,
+                tenant: tenant.to_owned(),
+                activity_type: start.activity_type.clone(),
+                args: payloads::args_to_json(&start.input),
+                info: TaskInfo {
+                    tenant: tenant.to_owned(),
+                    activity_id: start.activity_id.clone(),
+                    workflow_id,
+                    attempt: start.attempt,
+                    last_heartbeat: start
+                        .heartbeat_details
+                        .first()
+                        .and_then(|p| payloads::to_json(p).ok()),
+                },
+                deadline,
+                heartbeat_timeout: proto_duration!(start.heartbeat_timeout),
+            })))
+        }
+        Variant::Cancel(cancel) => {
+            let reason = match cancel.reason() {
+                ActivityCancelReason::Cancelled => CancelReason::Requested,
+                ActivityCancelReason::NotFound | ActivityCancelReason::TimedOut => {
+                    CancelReason::Gone
+                }
+                ActivityCancelReason::WorkerShutdown
+                | ActivityCancelReason::Paused
+                | ActivityCancelReason::Reset => CancelReason::Interrupted,
+            };
+            Some(Inbound::Cancel {
+                key: task.task_token,
+                reason,
+            })
+        }
+    }
+}
+
+#[async_trait]
+impl Connector for TemporalConnector {
+    async fn next(&self) -> Option<Inbound> {
+        self.inbound.lock().await.recv().await
+    }
+
+    async fn report(&self, key: &TaskKey, report: Report) -> Result<(), ReportError> {
+        let status = match &report {
+            Report::Completed(value) => Status::Completed(ar::Success {
+                result: Some(payloads::from_json(value)),
+            }),
+            Report::Failed(f) => Status::Failed(ar::Failure {
+                failure: Some(failure::application(f)),
+                ..Default::default()
+            }),
+            Report::Cancelled(f) => Status::Cancelled(ar::Cancellation {
+                failure: Some(failure::cancelled(f)),
+            }),
+        };
+        // sdk-core retries transport errors itself and drops reports for
+        // tasks the server no longer knows; what it returns is final.
+        self.worker
+            .complete_activity_task(ActivityTaskCompletion {
+                task_token: key.clone(),
+                result: Some(ActivityExecutionResult {
+                    status: Some(status),
+                }),
+            })
+            .await
+            .map_err(|e| ReportError {
+                retryable: false,
+                message: e.to_string(),
+            })
+    }
+
+    fn heartbeat(&self, key: &TaskKey, details: Option<&Value>) {
+        self.worker.record_activity_heartbeat(ActivityHeartbeat {
+            task_token: key.clone(),
+            details: details
+                .map(|d| vec![payloads::from_json(d)])
+                .unwrap_or_default(),
+        });
+    }
+
+    fn stop_polling(&self) {
+        self.worker.initiate_shutdown();
+    }
+
+    async fn finish(&self) {
+        self.worker.shutdown().await;
+    }
+}

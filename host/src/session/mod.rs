@@ -1,0 +1,253 @@
+//! The session loop: the one place that owns admission, reporting,
+//! liveness, cancellation and shutdown, written against the [`Connector`]
+//! trait so pull engines (Temporal) and push engines (Aion) share it.
+
+mod permits;
+mod registry;
+mod task;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use permits::{Permit, Permits, Usage};
+pub use registry::{Registry, Route};
+
+use crate::sandbox::{Failure, Sandbox, TaskInfo};
+
+/// An engine's identifier of one task attempt (Temporal's task token).
+pub type TaskKey = Vec<u8>;
+
+/// Why an engine asked a task to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The workflow or a user asked for cancellation: report `Cancelled`.
+    Requested,
+    /// The engine already gave up on the attempt (timed out, not found).
+    Gone,
+    /// Paused, reset or the worker shutting down: report a (retryable)
+    /// failure so the attempt is not recorded as cancelled.
+    Interrupted,
+}
+
+/// A task as delivered by an engine.
+#[derive(Debug, Clone)]
+pub struct TaskStart {
+    pub key: TaskKey,
+    pub tenant: String,
+    /// As the engine named it (an alias or a full WIT name).
+    pub activity_type: String,
+    /// The decoded arguments, or why they could not be decoded.
+    pub args: Result<Vec<Value>, String>,
+    pub info: TaskInfo,
+    /// The engine's deadline for this attempt.
+    pub deadline: Option<Duration>,
+    /// How often the engine needs to hear from the task.
+    pub heartbeat_timeout: Option<Duration>,
+}
+
+/// What a connector delivers to the loop.
+#[derive(Debug)]
+pub enum Inbound {
+    Start(Box<TaskStart>),
+    Cancel { key: TaskKey, reason: CancelReason },
+}
+
+/// How a task ended, in the terms an engine reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Report {
+    Completed(Value),
+    Failed(Failure),
+    /// Only when cancellation was requested.
+    Cancelled(Failure),
+}
+
+/// A report the transport did not deliver.
+#[derive(Debug, Clone)]
+pub struct ReportError {
+    /// Whether trying again can help (a transport error) or not (the engine
+    /// no longer knows the task).
+    pub retryable: bool,
+    pub message: String,
+}
+
+/// One engine connection for one tenant's queue.
+#[async_trait]
+pub trait Connector: Send + Sync + 'static {
+    /// The next task or cancel. `None` once the connector has shut down and
+    /// nothing more will come.
+    async fn next(&self) -> Option<Inbound>;
+
+    /// Delivers an outcome. Transport failures come back as retryable
+    /// errors; the loop retries until the report is accepted.
+    async fn report(&self, key: &TaskKey, report: Report) -> Result<(), ReportError>;
+
+    /// Liveness and progress: the connector forwards it (throttled as the
+    /// engine needs).
+    fn heartbeat(&self, key: &TaskKey, details: Option<&Value>);
+
+    /// Stop asking for new work. `next` still delivers cancels, then `None`.
+    fn stop_polling(&self);
+
+    /// Called once the loop has reported everything.
+    async fn finish(&self) {}
+}
+
+/// What one task in flight needs from the outside.
+#[derive(Debug, Clone)]
+struct InFlight {
+    cancel: CancellationToken,
+    reason: Arc<Mutex<Option<CancelReason>>>,
+}
+
+/// Shared by every task of a session.
+pub struct Session {
+    pub sandbox: Arc<Sandbox>,
+    pub registry: Arc<Registry>,
+    in_flight: Mutex<HashMap<TaskKey, InFlight>>,
+}
+
+impl Session {
+    pub fn new(sandbox: Arc<Sandbox>, registry: Arc<Registry>) -> Arc<Self> {
+        Arc::new(Session {
+            sandbox,
+            registry,
+            in_flight: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<TaskKey, InFlight>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tasks running now.
+    pub fn in_flight_count(&self) -> usize {
+        self.in_flight().len()
+    }
+
+    /// Runs one connector until `shutdown` fires and everything accepted is
+    /// reported: stop polling, let in-flight tasks finish within `grace`,
+    /// cancel the rest, report everything, return.
+    pub async fn serve(
+        self: &Arc<Self>,
+        connector: Arc<dyn Connector>,
+        shutdown: CancellationToken,
+        grace: Duration,
+    ) {
+        let mut tasks = JoinSet::new();
+        let stopping = shutdown.cancelled();
+        tokio::pin!(stopping);
+        let mut polling = true;
+        let mut grace_over: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+            Box::pin(std::future::pending());
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut stopping, if polling => {
+                    polling = false;
+                    connector.stop_polling();
+                    tracing::info!("stopping: no new work; in-flight tasks have {grace:?} to finish");
+                    grace_over = Box::pin(tokio::time::sleep(grace));
+                }
+                () = &mut grace_over => {
+                    self.end_grace();
+                    grace_over = Box::pin(std::future::pending());
+                }
+                Some(finished) = tasks.join_next() => {
+                    if let Err(e) = finished {
+                        tracing::error!("a task's runner failed: {e}");
+                    }
+                }
+                inbound = connector.next() => match inbound {
+                    Some(Inbound::Start(start)) => self.start(&mut tasks, &connector, *start),
+                    Some(Inbound::Cancel { key, reason }) => self.cancel(&key, reason),
+                    None => break,
+                },
+            }
+        }
+        // The connector is closed: finish (and report) what is running, still
+        // within the grace period if shutting down.
+        loop {
+            tokio::select! {
+                finished = tasks.join_next() => match finished {
+                    None => break,
+                    Some(Err(e)) => tracing::error!("a task's runner failed: {e}"),
+                    Some(Ok(())) => {}
+                },
+                () = &mut grace_over => {
+                    self.end_grace();
+                    grace_over = Box::pin(std::future::pending());
+                }
+            }
+        }
+        connector.finish().await;
+    }
+
+    /// Outcomes are reported by each task's own runner the moment they
+    /// exist: the loop never holds a finished result while it waits for
+    /// the next task.
+    fn start(
+        self: &Arc<Self>,
+        tasks: &mut JoinSet<()>,
+        connector: &Arc<dyn Connector>,
+        start: TaskStart,
+    ) {
+        let entry = InFlight {
+            cancel: CancellationToken::new(),
+            reason: Arc::new(Mutex::new(None)),
+        };
+        self.in_flight().insert(start.key.clone(), entry.clone());
+        let session = self.clone();
+        let connector = connector.clone();
+        tasks.spawn(async move {
+            let key = start.key.clone();
+            task::run(&session, connector.as_ref(), start, entry).await;
+            session.in_flight().remove(&key);
+        });
+    }
+
+    fn cancel(&self, key: &TaskKey, reason: CancelReason) {
+        let entry = self.in_flight().get(key).cloned();
+        match entry {
+            Some(entry) => {
+                entry
+                    .reason
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(reason);
+                entry.cancel.cancel();
+            }
+            None => tracing::debug!("cancel for a task that is not running here"),
+        }
+    }
+
+    /// The shutdown grace period is over: whatever still runs is cancelled
+    /// (and interrupted after its own cancel grace), then reported.
+    fn end_grace(&self) {
+        let cancelled = self.cancel_all(CancelReason::Interrupted);
+        if cancelled > 0 {
+            tracing::warn!("grace period over: cancelling {cancelled} task(s)");
+        }
+    }
+
+    fn cancel_all(&self, reason: CancelReason) -> usize {
+        let entries: Vec<InFlight> = self.in_flight().values().cloned().collect();
+        for entry in &entries {
+            entry
+                .reason
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(reason);
+            entry.cancel.cancel();
+        }
+        entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,216 @@
+//! One task from delivery to acknowledged report: route, execute with a
+//! liveness pump beside it, map the outcome to what the engine expects, and
+//! deliver the report until the engine accepts it.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::Notify;
+use tracing::Instrument;
+
+use super::{CancelReason, Connector, InFlight, Report, Session, TaskStart};
+use crate::sandbox::{Failure, FailureClass, Outcome, RetryPolicy, Task, TaskObserver};
+
+/// The longest wait between two report attempts.
+const MAX_REPORT_BACKOFF: Duration = Duration::from_secs(10);
+/// How long past a task's deadline a report is still worth retrying: the
+/// engine may still accept it while its own timeout has not fired.
+const REPORT_PATIENCE: Duration = Duration::from_secs(60);
+
+pub(super) async fn run(
+    session: &Session,
+    connector: &dyn Connector,
+    start: TaskStart,
+    entry: InFlight,
+) {
+    let span = tracing::info_span!(
+        "task",
+        tenant = %start.tenant,
+        activity_type = %start.activity_type,
+        activity_id = %start.info.activity_id,
+        attempt = start.info.attempt,
+    );
+    async {
+        let started = Instant::now();
+        let outcome = execute(session, connector, &start, &entry).await;
+        let reason = *entry.reason.lock().unwrap_or_else(|p| p.into_inner());
+        let report = to_report(outcome, reason);
+        match &report {
+            Report::Completed(_) => tracing::info!(elapsed = ?started.elapsed(), "completed"),
+            Report::Failed(f) | Report::Cancelled(f) => {
+                tracing::info!(elapsed = ?started.elapsed(), class = %f.class, kind = %f.kind, "failed: {}", f.message)
+            }
+        }
+        deliver(connector, &start, report, started).await;
+    }
+    .instrument(span)
+    .await
+}
+
+/// The guest's latest progress, forwarded by the runner (the observer runs
+/// on the guest's thread and must not block on the transport).
+#[derive(Default)]
+struct Progress {
+    last: Mutex<Option<Value>>,
+    fresh: Notify,
+}
+
+impl Progress {
+    fn last(&self) -> Option<Value> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl TaskObserver for Progress {
+    fn heartbeat(&self, _count: u32, details: Option<&Value>) {
+        if let Some(details) = details {
+            *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(details.clone());
+        }
+        self.fresh.notify_one();
+    }
+}
+
+async fn execute(
+    session: &Session,
+    connector: &dyn Connector,
+    start: &TaskStart,
+    entry: &InFlight,
+) -> Outcome {
+    let default_policy = RetryPolicy::default();
+    let policy = session
+        .registry
+        .tenant(&start.tenant)
+        .map_or(&default_policy, |t| &t.retry);
+    let Some(route) = session.registry.route(&start.tenant, &start.activity_type) else {
+        let served = session.registry.activity_types(&start.tenant).join(", ");
+        return Err(Failure::new(
+            FailureClass::UnknownActivity,
+            policy,
+            format!(
+                "tenant `{}` serves no activity type `{}` (it serves: {served})",
+                start.tenant, start.activity_type
+            ),
+        ));
+    };
+    let args = match &start.args {
+        Ok(args) => args.clone(),
+        Err(e) => return Err(Failure::new(FailureClass::InvalidInput, policy, e.clone())),
+    };
+    let progress = Arc::new(Progress::default());
+    if let Some(previous) = &start.info.last_heartbeat {
+        *progress.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(previous.clone());
+    }
+    let task = Task {
+        activity_type: route.activity.clone(),
+        args,
+        info: start.info.clone(),
+        deadline: start.deadline,
+        cancel: entry.cancel.clone(),
+        observer: progress.clone(),
+    };
+    let execution = session
+        .sandbox
+        .execute(&route.component, &route.tenant, task);
+    tokio::pin!(execution);
+    // Liveness: the engine hears from every in-flight task well within its
+    // heartbeat timeout, whether or not the guest heartbeats itself. A stuck
+    // guest is still ended by its deadline.
+    // Heartbeats are also how pull engines deliver cancellation, so tasks
+    // without a heartbeat timeout are pumped too (the connector throttles).
+    let period = start.heartbeat_timeout.map_or(Duration::from_secs(1), |t| {
+        (t / 3).max(Duration::from_millis(200))
+    });
+    let mut pump = tokio::time::interval(period);
+    pump.tick().await;
+    loop {
+        tokio::select! {
+            biased;
+            outcome = &mut execution => return outcome,
+            () = progress.fresh.notified() => connector.heartbeat(&start.key, progress.last().as_ref()),
+            _ = pump.tick() => connector.heartbeat(&start.key, progress.last().as_ref()),
+        }
+    }
+}
+
+/// A cancel is reported as cancelled only when one was requested; a task
+/// interrupted by pause, reset or shutdown fails retryable, so the engine
+/// runs it again.
+fn to_report(outcome: Outcome, reason: Option<CancelReason>) -> Report {
+    match (outcome, reason) {
+        (Ok(value), _) => Report::Completed(value),
+        (Err(f), Some(CancelReason::Requested)) if f.class == FailureClass::Cancelled => {
+            Report::Cancelled(f)
+        }
+        (Err(mut f), Some(CancelReason::Interrupted)) if f.class == FailureClass::Cancelled => {
+            f.retryable = true;
+            f.message = format!(
+                "interrupted by the worker (shutdown, pause or reset): {}",
+                f.message
+            );
+            Report::Failed(f)
+        }
+        (Err(f), _) => Report::Failed(f),
+    }
+}
+
+/// Delivers a report until the engine accepts it: a finished result is
+/// never silently lost. Gives up only when the engine refuses it for good,
+/// or long after the task's deadline, when the engine has retried the task
+/// elsewhere anyway.
+async fn deliver(connector: &dyn Connector, start: &TaskStart, report: Report, started: Instant) {
+    let give_up = start.deadline.map(|d| started + d + REPORT_PATIENCE);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match connector.report(&start.key, report.clone()).await {
+            Ok(()) => return,
+            Err(e) if !e.retryable => {
+                tracing::warn!("the engine refused the report: {}", e.message);
+                return;
+            }
+            Err(e) => {
+                if give_up.is_some_and(|at| Instant::now() >= at) {
+                    tracing::error!(
+                        "giving up reporting long after the task's deadline (the engine has timed it out): {}",
+                        e.message
+                    );
+                    return;
+                }
+                tracing::warn!("reporting failed, retrying in {backoff:?}: {}", e.message);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_REPORT_BACKOFF);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cancelled() -> Failure {
+        Failure::new(FailureClass::Cancelled, &RetryPolicy::default(), "stopped")
+    }
+
+    #[test]
+    fn cancels_are_reported_as_cancelled_only_when_requested() {
+        assert_eq!(
+            to_report(Ok(json!(1)), Some(CancelReason::Requested)),
+            Report::Completed(json!(1))
+        );
+        assert!(matches!(
+            to_report(Err(cancelled()), Some(CancelReason::Requested)),
+            Report::Cancelled(_)
+        ));
+        let Report::Failed(f) = to_report(Err(cancelled()), Some(CancelReason::Interrupted)) else {
+            panic!("shutdown must fail, not cancel")
+        };
+        assert!(f.retryable);
+        assert!(f.message.contains("interrupted by the worker"));
+        assert!(matches!(
+            to_report(Err(cancelled()), None),
+            Report::Failed(_)
+        ));
+    }
+}

@@ -1,0 +1,243 @@
+//! The session loop's rules against a scripted engine (a unit-test fake
+//! connector) and a tiny component written in WAT.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::sandbox::{FailureClass, Limits, SandboxConfig, Tenant};
+
+const COMPONENT: &str = r#"(component
+    (core module $m
+        (func (export "answer") (result i32) i32.const 42)
+        (func (export "spin") (loop $l br $l)))
+    (core instance $i (instantiate $m))
+    (func (export "answer") (result u32) (canon lift (core func $i "answer")))
+    (func (export "spin") (canon lift (core func $i "spin")))
+)"#;
+
+/// An engine that delivers what the test sends and records reports,
+/// refusing the first `transport_failures` of them as a broken transport
+/// would.
+struct Scripted {
+    inbound: tokio::sync::Mutex<mpsc::Receiver<Inbound>>,
+    stopped: CancellationToken,
+    reports: Mutex<Vec<(TaskKey, Report)>>,
+    transport_failures: AtomicU32,
+    attempts: AtomicU32,
+}
+
+#[async_trait]
+impl Connector for Scripted {
+    async fn next(&self) -> Option<Inbound> {
+        let mut inbound = self.inbound.lock().await;
+        tokio::select! {
+            biased;
+            message = inbound.recv() => message,
+            () = self.stopped.cancelled() => None,
+        }
+    }
+
+    async fn report(&self, key: &TaskKey, report: Report) -> Result<(), ReportError> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        if self
+            .transport_failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(ReportError {
+                retryable: true,
+                message: "connection reset".into(),
+            });
+        }
+        self.reports.lock().unwrap().push((key.clone(), report));
+        Ok(())
+    }
+
+    fn heartbeat(&self, _: &TaskKey, _: Option<&Value>) {}
+
+    fn stop_polling(&self) {
+        self.stopped.cancel();
+    }
+}
+
+struct Fixture {
+    session: Arc<Session>,
+    engine: Arc<Scripted>,
+    send: mpsc::Sender<Inbound>,
+    shutdown: CancellationToken,
+}
+
+fn fixture(transport_failures: u32) -> Fixture {
+    let sandbox = Sandbox::new(SandboxConfig {
+        max_instances: 8,
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let bytes = wat::parse_str(COMPONENT).unwrap();
+    let component = sandbox.load(&bytes).unwrap();
+    let tenant = Tenant {
+        name: "t".into(),
+        limits: Limits {
+            cancel_grace: Duration::from_millis(100),
+            ..Limits::default()
+        },
+        ..Tenant::default()
+    };
+    let mut registry = Registry::default();
+    registry
+        .add_tenant(tenant, &[component], &[("Answer".into(), "answer".into())])
+        .unwrap();
+    let (send, receive) = mpsc::channel(8);
+    Fixture {
+        session: Session::new(sandbox, Arc::new(registry)),
+        engine: Arc::new(Scripted {
+            inbound: tokio::sync::Mutex::new(receive),
+            stopped: CancellationToken::new(),
+            reports: Mutex::new(Vec::new()),
+            transport_failures: AtomicU32::new(transport_failures),
+            attempts: AtomicU32::new(0),
+        }),
+        send,
+        shutdown: CancellationToken::new(),
+    }
+}
+
+fn start(key: &[u8], activity_type: &str) -> Inbound {
+    Inbound::Start(Box::new(TaskStart {
+        key: key.to_vec(),
+        tenant: "t".into(),
+        activity_type: activity_type.into(),
+        args: Ok(vec![]),
+        info: TaskInfo {
+            attempt: 1,
+            ..TaskInfo::default()
+        },
+        deadline: None,
+        heartbeat_timeout: None,
+    }))
+}
+
+impl Fixture {
+    fn serve(&self, grace: Duration) -> tokio::task::JoinHandle<()> {
+        let (session, engine, shutdown) = (
+            self.session.clone(),
+            self.engine.clone(),
+            self.shutdown.clone(),
+        );
+        tokio::spawn(async move { session.serve(engine, shutdown, grace).await })
+    }
+
+    async fn wait_for_reports(&self, n: usize) -> Vec<(TaskKey, Report)> {
+        for _ in 0..500 {
+            let reports = self.engine.reports.lock().unwrap().clone();
+            if reports.len() >= n {
+                return reports;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("fewer than {n} reports arrived");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_report_the_transport_drops_is_retried_until_accepted() {
+    let f = fixture(2);
+    let serving = f.serve(Duration::from_secs(1));
+    f.send.send(start(b"a", "Answer")).await.unwrap();
+    let reports = f.wait_for_reports(1).await;
+    assert_eq!(reports, vec![(b"a".to_vec(), Report::Completed(json!(42)))]);
+    assert_eq!(
+        f.engine.attempts.load(Ordering::SeqCst),
+        3,
+        "two failures, then accepted"
+    );
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_types_and_bad_payloads_are_reported_not_dropped() {
+    let f = fixture(0);
+    let serving = f.serve(Duration::from_secs(1));
+    f.send.send(start(b"u", "nope")).await.unwrap();
+    let Inbound::Start(mut bad) = start(b"p", "answer") else {
+        unreachable!()
+    };
+    bad.args = Err("argument 1: a json/plain payload is not JSON".into());
+    f.send.send(Inbound::Start(bad)).await.unwrap();
+    let reports = f.wait_for_reports(2).await;
+    for (key, report) in reports {
+        let Report::Failed(failure) = report else {
+            panic!("{report:?}")
+        };
+        let expected = if key == b"u" {
+            FailureClass::UnknownActivity
+        } else {
+            FailureClass::InvalidInput
+        };
+        assert_eq!(failure.class, expected, "{failure}");
+    }
+    assert!(f.session.in_flight_count() == 0);
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_requested_cancel_interrupts_a_stuck_guest_and_reports_cancelled() {
+    let f = fixture(0);
+    let serving = f.serve(Duration::from_secs(1));
+    f.send.send(start(b"s", "spin")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    f.send
+        .send(Inbound::Cancel {
+            key: b"s".to_vec(),
+            reason: CancelReason::Requested,
+        })
+        .await
+        .unwrap();
+    let reports = f.wait_for_reports(1).await;
+    assert!(
+        matches!(&reports[0].1, Report::Cancelled(f) if f.class == FailureClass::Cancelled),
+        "{reports:?}"
+    );
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_waits_for_the_grace_period_then_interrupts_and_reports_everything() {
+    let f = fixture(0);
+    let serving = f.serve(Duration::from_millis(300));
+    f.send.send(start(b"s", "spin")).await.unwrap();
+    f.send.send(start(b"a", "answer")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    f.shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("serve returns after the grace period")
+        .unwrap();
+    let reports = f.engine.reports.lock().unwrap().clone();
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    let spin = reports
+        .iter()
+        .find(|(k, _)| k == b"s")
+        .map(|(_, r)| r.clone());
+    let Some(Report::Failed(failure)) = spin else {
+        panic!("{spin:?}")
+    };
+    assert!(
+        failure.retryable,
+        "an interrupted task runs again elsewhere"
+    );
+    assert!(
+        failure.message.contains("interrupted by the worker"),
+        "{failure}"
+    );
+}

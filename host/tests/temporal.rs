@@ -1,0 +1,428 @@
+//! End to end against a real Temporal dev server and the real `corral`
+//! binary, driven by the `temporal` CLI's Standalone Activities.
+
+mod common;
+
+use std::process::Output;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use common::example;
+use common::processes::{Corral, TemporalServer};
+
+const LIMITS: &str =
+    r#"memory = "64MiB", timeout = "20s", max_concurrent = 8, cancel_grace = "1s""#;
+
+/// A config serving the example components on `queue` with `limits`.
+fn config(server: &TemporalServer, queue: &str, limits: &str) -> String {
+    let components: Vec<String> = ["greeter", "progress", "misbehave"]
+        .iter()
+        .map(|name| format!("{:?}", example(name).display().to_string()))
+        .collect();
+    format!(
+        r#"
+[host]
+max_concurrent = 16
+shutdown_grace = "5s"
+
+[[tenant]]
+name = "acme"
+temporal = {{ address = "http://{address}", namespace = "default", task_queue = "{queue}" }}
+limits = {{ {limits} }}
+components = [{components}]
+aliases = {{ Greet = "demo:greeter/api.greet" }}
+"#,
+        address = server.address(),
+        components = components.join(", "),
+    )
+}
+
+fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(output)))
+}
+
+/// The `temporal activity` arguments to run `ty` with one input per
+/// argument.
+fn activity_args(id: &str, queue: &str, ty: &str, inputs: &[&str], extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--activity-id",
+        id,
+        "--type",
+        ty,
+        "--task-queue",
+        queue,
+        "-o",
+        "json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if !extra.contains(&"--start-to-close-timeout") {
+        args.extend(["--start-to-close-timeout".into(), "60s".into()]);
+    }
+    for input in inputs {
+        args.extend(["--input".into(), input.to_string()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// `temporal activity execute`: waits for the outcome, returns its JSON
+/// (`status`, `result` or `failure`).
+fn execute(
+    server: &TemporalServer,
+    queue: &str,
+    ty: &str,
+    inputs: &[&str],
+    extra: &[&str],
+) -> (String, Value) {
+    let id = unique("act");
+    let mut args = vec!["activity".to_owned(), "execute".to_owned()];
+    args.extend(activity_args(&id, queue, ty, inputs, extra));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = server.cli(&args);
+    (id, json_of(&out))
+}
+
+/// `temporal activity start`: returns at once with the activity id.
+fn start(
+    server: &TemporalServer,
+    queue: &str,
+    ty: &str,
+    inputs: &[&str],
+    extra: &[&str],
+) -> String {
+    let id = unique("act");
+    let mut args = vec!["activity".to_owned(), "start".to_owned()];
+    args.extend(activity_args(&id, queue, ty, inputs, extra));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = server.cli(&args);
+    assert!(out.status.success(), "{}", text(&out));
+    id
+}
+
+fn describe(server: &TemporalServer, id: &str) -> Value {
+    let out = server.cli(&["activity", "describe", "--activity-id", id, "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    json_of(&out)["info"].clone()
+}
+
+/// Waits for the activity's outcome (`temporal activity result`).
+fn outcome(server: &TemporalServer, id: &str) -> Value {
+    json_of(&server.cli(&["activity", "result", "--activity-id", id, "-o", "json"]))
+}
+
+/// Polls `describe` until `done` holds, for at most `patience`.
+fn wait_for(
+    server: &TemporalServer,
+    id: &str,
+    patience: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + patience;
+    loop {
+        let info = describe(server, id);
+        if done(&info) || Instant::now() > deadline {
+            return info;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+const FAST_RETRY: [&str; 4] = [
+    "--retry-initial-interval",
+    "100ms",
+    "--retry-maximum-interval",
+    "200ms",
+];
+
+#[test]
+fn typed_activities_run_by_full_name_and_by_alias() {
+    let server = TemporalServer::start();
+    let queue = unique("q");
+    let corral = Corral::serve(&config(&server, &queue, LIMITS));
+    let greeting = execute(
+        &server,
+        &queue,
+        "demo:greeter/api.greet",
+        &[
+            r#"{"name":"Ada","title":"Countess","language":"french"}"#,
+            r#""formal""#,
+        ],
+        &[],
+    )
+    .1;
+    assert_eq!(
+        greeting["status"],
+        "COMPLETED",
+        "{greeting}\n{}",
+        corral.stderr()
+    );
+    assert_eq!(
+        greeting["result"],
+        json!({"message": "Bonjour, Countess Ada!", "calls-in-instance": 1, "attempt": 1})
+    );
+
+    let greeting = execute(
+        &server,
+        &queue,
+        "Greet",
+        &[
+            r#"{"name":"Bo","language":"german"}"#,
+            r#"{"custom":"Moin"}"#,
+        ],
+        &[],
+    )
+    .1;
+    assert_eq!(greeting["result"]["message"], "Moin, Bo!");
+}
+
+#[test]
+fn failures_are_classified_and_retried_per_their_flag() {
+    let server = TemporalServer::start();
+    let queue = unique("q");
+    let _corral = Corral::serve(&config(&server, &queue, LIMITS));
+
+    // A non-retryable application failure: FAILED at attempt 1, with the
+    // guest's kind, flag and details.
+    let (id, out) = execute(
+        &server,
+        &queue,
+        "demo:misbehave/api.fail",
+        &[r#""Declined""#, "false"],
+        &FAST_RETRY,
+    );
+    assert_eq!(out["status"], "FAILED", "{out}");
+    let info = &out["failure"]["applicationFailureInfo"];
+    assert_eq!(info["type"], "Declined");
+    assert_eq!(info["nonRetryable"], true);
+    assert_eq!(info["details"], json!([{"why": "asked to"}]));
+    assert_eq!(describe(&server, &id)["attempt"], 1);
+
+    // Retryable until attempt 3, then success: the guest sees the attempt.
+    let (id, out) = execute(
+        &server,
+        &queue,
+        "demo:progress/api.succeed-on-attempt",
+        &["3"],
+        &FAST_RETRY,
+    );
+    assert_eq!(out["result"], 3, "{out}");
+    assert_eq!(describe(&server, &id)["attempt"], 3);
+
+    // A trap is not retried; a memory bomb is ResourceExhausted.
+    let (id, out) = execute(
+        &server,
+        &queue,
+        "demo:misbehave/api.wild-read",
+        &[],
+        &FAST_RETRY,
+    );
+    assert_eq!(
+        out["failure"]["applicationFailureInfo"]["type"], "Trap",
+        "{out}"
+    );
+    assert_eq!(
+        out["failure"]["applicationFailureInfo"]["nonRetryable"],
+        true
+    );
+    assert_eq!(describe(&server, &id)["attempt"], 1);
+    let (_, out) = execute(
+        &server,
+        &queue,
+        "demo:misbehave/api.allocate",
+        &["500"],
+        &FAST_RETRY,
+    );
+    assert_eq!(
+        out["failure"]["applicationFailureInfo"]["type"], "ResourceExhausted",
+        "{out}"
+    );
+    let message = out["failure"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("linear memory limit of 64 MiB exceeded"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_host_deadline_is_retried_and_heartbeats_reach_the_next_attempt() {
+    let server = TemporalServer::start();
+    let queue = unique("q");
+    let limits = r#"memory = "64MiB", timeout = "3s", max_concurrent = 8, cancel_grace = "1s""#;
+    let corral = Corral::serve(&config(&server, &queue, limits));
+
+    // Counting to 25 in 200 ms steps takes 5 s: the first attempt times out
+    // at 3 s; the second resumes from its last heartbeat and finishes.
+    let id = start(
+        &server,
+        &queue,
+        "demo:progress/api.count-to",
+        &["25", "200"],
+        &[
+            "--heartbeat-timeout",
+            "1s",
+            "--retry-initial-interval",
+            "100ms",
+        ],
+    );
+    let running = wait_for(&server, &id, Duration::from_secs(10), |i| {
+        i["heartbeatDetails"].is_array()
+    });
+    assert!(
+        running["heartbeatDetails"][0]["done"]
+            .as_u64()
+            .is_some_and(|d| d >= 1),
+        "visible while running: {running}"
+    );
+    let out = outcome(&server, &id);
+    assert_eq!(out["status"], "COMPLETED", "{out}");
+    assert_eq!(out["result"], 25);
+    let info = describe(&server, &id);
+    assert_eq!(info["attempt"], 2, "the timeout was retried: {info}");
+    // The guest logs where it resumed: the previous attempt's last
+    // heartbeat reached it through `info().last-heartbeat`.
+    assert!(
+        corral.stderr().contains("resuming at"),
+        "{}",
+        corral.stderr()
+    );
+
+    // A guest that never returns times out the same way, retryably.
+    let (id, out) = execute(
+        &server,
+        &queue,
+        "demo:misbehave/api.spin",
+        &[],
+        &[
+            "--retry-maximum-attempts",
+            "2",
+            "--retry-initial-interval",
+            "100ms",
+        ],
+    );
+    assert_eq!(
+        out["failure"]["applicationFailureInfo"]["type"], "Timeout",
+        "{out}"
+    );
+    // proto3 JSON omits `false`.
+    assert_ne!(
+        out["failure"]["applicationFailureInfo"]["nonRetryable"],
+        true
+    );
+    assert_eq!(describe(&server, &id)["attempt"], 2);
+}
+
+#[test]
+fn cancelled_activities_end_canceled_cooperative_or_not() {
+    let server = TemporalServer::start();
+    let queue = unique("q");
+    let _corral = Corral::serve(&config(&server, &queue, LIMITS));
+    let cooperative = start(
+        &server,
+        &queue,
+        "demo:progress/api.count-to",
+        &["1000", "50"],
+        &["--heartbeat-timeout", "2s"],
+    );
+    let stuck = start(&server, &queue, "demo:misbehave/api.spin", &[], &[]);
+    for id in [&cooperative, &stuck] {
+        wait_for(&server, id, Duration::from_secs(10), |i| {
+            i["runState"] == "PENDING_ACTIVITY_STATE_STARTED"
+        });
+        let out = server.cli(&["activity", "cancel", "--activity-id", id]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    for id in [&cooperative, &stuck] {
+        let info = wait_for(&server, id, Duration::from_secs(15), |i| {
+            i["status"] != "ACTIVITY_EXECUTION_STATUS_RUNNING"
+        });
+        assert_eq!(
+            info["status"], "ACTIVITY_EXECUTION_STATUS_CANCELED",
+            "{id}: {info}"
+        );
+    }
+}
+
+#[test]
+fn a_tenant_limit_of_n_runs_at_most_n_at_once_and_finishes_all() {
+    let server = TemporalServer::start();
+    let queue = unique("q");
+    let limits = r#"memory = "64MiB", timeout = "20s", max_concurrent = 2"#;
+    let _corral = Corral::serve(&config(&server, &queue, limits));
+    let ids: Vec<String> = (0..6)
+        .map(|_| start(&server, &queue, "demo:misbehave/api.sleep", &["1500"], &[]))
+        .collect();
+    let mut most = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let infos: Vec<Value> = ids.iter().map(|id| describe(&server, id)).collect();
+        let running = infos
+            .iter()
+            .filter(|i| i["runState"] == "PENDING_ACTIVITY_STATE_STARTED")
+            .count();
+        most = most.max(running);
+        let completed = infos
+            .iter()
+            .filter(|i| i["status"] == "ACTIVITY_EXECUTION_STATUS_COMPLETED")
+            .count();
+        if completed == ids.len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not all finished: {infos:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(most <= 2, "{most} ran at once with a limit of 2");
+    assert!(most >= 1);
+}
+
+#[test]
+fn sigterm_lets_running_activities_finish_and_report_then_exits_zero() {
+    let server = TemporalServer::start();
+    let queue = unique("q");
+    let mut corral = Corral::serve(&config(&server, &queue, LIMITS));
+    let ids: Vec<String> = (0..2)
+        .map(|_| start(&server, &queue, "demo:misbehave/api.sleep", &["2000"], &[]))
+        .collect();
+    for id in &ids {
+        wait_for(&server, id, Duration::from_secs(10), |i| {
+            i["runState"] == "PENDING_ACTIVITY_STATE_STARTED"
+        });
+    }
+    let code = corral.terminate(Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{}", corral.stderr());
+    for id in &ids {
+        assert_eq!(
+            describe(&server, id)["status"],
+            "ACTIVITY_EXECUTION_STATUS_COMPLETED",
+            "{}",
+            corral.stderr()
+        );
+    }
+    assert!(
+        corral.stderr().contains("every accepted task was reported"),
+        "{}",
+        corral.stderr()
+    );
+}
