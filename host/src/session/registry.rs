@@ -81,15 +81,23 @@ impl Registry {
         self.tenants.get(name)
     }
 
+    /// Every route of a tenant, by the name it is served under, sorted.
+    pub fn routes(&self, tenant: &str) -> Vec<(&str, &Route)> {
+        let mut routes: Vec<(&str, &Route)> = self
+            .routes
+            .iter()
+            .filter(|((t, _), _)| t == tenant)
+            .map(|((_, name), route)| (name.as_str(), route))
+            .collect();
+        routes.sort_unstable_by_key(|(name, _)| *name);
+        routes
+    }
+
     /// Every name a tenant serves (full names and aliases), sorted.
     pub fn activity_types(&self, tenant: &str) -> Vec<&str> {
-        let mut names: Vec<&str> = self
-            .routes
-            .keys()
-            .filter(|(t, _)| t == tenant)
-            .map(|(_, a)| a.as_str())
-            .collect();
-        names.sort_unstable();
-        names
+        self.routes(tenant)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect()
     }
 }

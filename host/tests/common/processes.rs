@@ -164,11 +164,30 @@ impl Drop for TemporalServer {
     }
 }
 
-/// `corral serve` with a generated configuration.
+/// `corral serve` (or `corral dev`), its output collected.
 pub struct Corral {
     child: Child,
+    stdout: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<Vec<String>>>,
     _dir: tempfile::TempDir,
+}
+
+/// Collects a pipe's lines; signals `ready` at the line saying so.
+fn collect(
+    pipe: impl std::io::Read + Send + 'static,
+    ready: std::sync::mpsc::Sender<()>,
+) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if line.contains("corral: ready") {
+                let _ = ready.send(());
+            }
+            sink.lock().unwrap().push(line);
+        }
+    });
+    lines
 }
 
 impl Corral {
@@ -177,30 +196,33 @@ impl Corral {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("corral.toml");
         std::fs::write(&path, config).expect("write config");
-        let mut child = spawn_watched(
-            env!("CARGO_BIN_EXE_corral"),
+        Corral::start(
             &[
                 "serve".into(),
                 "--config".into(),
                 path.display().to_string(),
             ],
-            Stdio::null(),
+            dir,
+        )
+    }
+
+    /// Runs `corral <args>` until it says it is ready.
+    pub fn start(args: &[String], dir: tempfile::TempDir) -> Corral {
+        let mut child = spawn_watched(
+            env!("CARGO_BIN_EXE_corral"),
+            args,
+            Stdio::piped(),
             Stdio::piped(),
         );
-        let stderr = Arc::new(Mutex::new(Vec::new()));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let pipe = child.stderr.take().expect("stderr is piped");
-        let lines = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if line.contains("corral: ready") {
-                    let _ = ready_tx.send(());
-                }
-                lines.lock().unwrap().push(line);
-            }
-        });
+        let stdout = collect(
+            child.stdout.take().expect("stdout is piped"),
+            ready_tx.clone(),
+        );
+        let stderr = collect(child.stderr.take().expect("stderr is piped"), ready_tx);
         let corral = Corral {
             child,
+            stdout,
             stderr,
             _dir: dir,
         };
@@ -208,6 +230,11 @@ impl Corral {
             panic!("corral serve did not become ready:\n{}", corral.stderr());
         }
         corral
+    }
+
+    /// Everything corral wrote to stdout so far.
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().join("\n")
     }
 
     /// Everything corral wrote to stderr so far.

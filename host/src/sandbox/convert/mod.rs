@@ -18,11 +18,13 @@
 //! u32, got -1`.
 
 mod from_wit;
+mod sample;
 mod to_wit;
 
 use std::fmt;
 
 pub use from_wit::{payload_to_json, to_json};
+pub use sample::sample;
 pub use to_wit::from_json;
 
 /// A JSON value that does not fit its WIT type (or a WIT value that cannot be

