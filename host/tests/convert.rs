@@ -362,3 +362,14 @@ async fn a_function_without_result_returns_null() {
         "parameter `b`: $: expected string, got 2"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sample_value_of_every_parameter_type_is_accepted() {
+    // `corral dev` prints these as ready-to-run inputs: they must fit.
+    let e = echo();
+    for activity in e.activity_types() {
+        let args = activity.params.iter().map(|(_, ty)| corral::sandbox::convert::sample(ty));
+        let run = e.call(&activity.name).args(args).run().await;
+        assert!(run.outcome.is_ok(), "{}: {:?}", activity.name, run.outcome);
+    }
+}
