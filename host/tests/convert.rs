@@ -368,7 +368,10 @@ async fn the_sample_value_of_every_parameter_type_is_accepted() {
     // `corral dev` prints these as ready-to-run inputs: they must fit.
     let e = echo();
     for activity in e.activity_types() {
-        let args = activity.params.iter().map(|(_, ty)| corral::sandbox::convert::sample(ty));
+        let args = activity
+            .params
+            .iter()
+            .map(|(_, ty)| corral::sandbox::convert::sample(ty));
         let run = e.call(&activity.name).args(args).run().await;
         assert!(run.outcome.is_ok(), "{}: {:?}", activity.name, run.outcome);
     }

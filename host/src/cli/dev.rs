@@ -110,6 +110,7 @@ pub async fn dev(args: Args) -> ExitCode {
             shutdown_grace: Duration::from_secs(10),
             cache_dir: None,
             max_memory: 1 << 30,
+            connect_timeout: Duration::from_secs(60),
         },
         tenants: vec![TenantConfig {
             tenant: Tenant {

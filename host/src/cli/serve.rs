@@ -91,6 +91,7 @@ pub async fn run(
             &t.temporal,
             permits.clone(),
             config.host.shutdown_grace,
+            config.host.connect_timeout,
         )
         .await?;
         eprintln!(

@@ -33,9 +33,6 @@ use crate::session::{
     CancelReason, Connector, Inbound, Permits, Report, ReportError, TaskKey, TaskStart,
 };
 
-/// How long `connect` keeps trying to reach an unreachable server.
-const CONNECT_PATIENCE: Duration = Duration::from_secs(30);
-
 /// How soon an activity without a heartbeat timeout learns it was
 /// cancelled.
 const CANCEL_LATENCY: Duration = Duration::from_secs(2);
@@ -66,10 +63,11 @@ impl TemporalConnector {
         binding: &TemporalBinding,
         permits: Permits,
         grace: Duration,
+        patience: Duration,
     ) -> anyhow::Result<Self> {
         let url = Url::parse(&binding.address)
             .with_context(|| format!("tenant `{tenant}`: `{}` is not a URL", binding.address))?;
-        let connection = connect_with_retry(&url).await.with_context(|| {
+        let connection = connect_with_retry(&url, patience).await.with_context(|| {
             format!(
                 "tenant `{tenant}`: cannot reach the Temporal server at {} (is it running? \
                  `temporal server start-dev` starts one)",
@@ -112,7 +110,7 @@ impl TemporalConnector {
     }
 }
 
-async fn connect_with_retry(url: &Url) -> anyhow::Result<Connection> {
+async fn connect_with_retry(url: &Url, patience: Duration) -> anyhow::Result<Connection> {
     let started = std::time::Instant::now();
     let mut backoff = Duration::from_millis(200);
     loop {
@@ -122,7 +120,7 @@ async fn connect_with_retry(url: &Url) -> anyhow::Result<Connection> {
             .build();
         match Connection::connect(options).await {
             Ok(connection) => return Ok(connection),
-            Err(e) if started.elapsed() + backoff < CONNECT_PATIENCE => {
+            Err(e) if started.elapsed() + backoff < patience => {
                 tracing::warn!("cannot reach {url} yet, retrying in {backoff:?}: {e}");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
