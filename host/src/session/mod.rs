@@ -105,6 +105,18 @@ struct InFlight {
     reason: Arc<Mutex<Option<CancelReason>>>,
 }
 
+impl InFlight {
+    /// Makes `is-cancelled` true at once; the first reason given is the one
+    /// reported.
+    fn cancel(&self, reason: CancelReason) {
+        self.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(reason);
+        self.cancel.cancel();
+    }
+}
+
 /// Shared by every task of a session.
 pub struct Session {
     pub sandbox: Arc<Sandbox>,
@@ -214,14 +226,7 @@ impl Session {
     fn cancel(&self, key: &TaskKey, reason: CancelReason) {
         let entry = self.in_flight().get(key).cloned();
         match entry {
-            Some(entry) => {
-                entry
-                    .reason
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(reason);
-                entry.cancel.cancel();
-            }
+            Some(entry) => entry.cancel(reason),
             None => tracing::debug!("cancel for a task that is not running here"),
         }
     }
@@ -238,12 +243,7 @@ impl Session {
     fn cancel_all(&self, reason: CancelReason) -> usize {
         let entries: Vec<InFlight> = self.in_flight().values().cloned().collect();
         for entry in &entries {
-            entry
-                .reason
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert(reason);
-            entry.cancel.cancel();
+            entry.cancel(reason);
         }
         entries.len()
     }
