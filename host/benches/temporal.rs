@@ -227,6 +227,15 @@ async fn bench() -> Result<()> {
     load(&client, "corral", 100, "warm").await?;
     load(&client, "native", 100, "warm").await?;
 
+    // What each process burns while idle (timers, the epoch ticker, pollers
+    // waiting), to tell per-activity work from background cost when the
+    // dev server, not the workers, bounds throughput.
+    let idle = Duration::from_secs(5);
+    let (corral_before, native_before) = (cpu_time(corral.0.id())?, cpu_time(native.0.id())?);
+    tokio::time::sleep(idle).await;
+    let corral_idle = (cpu_time(corral.0.id())? - corral_before).as_secs_f64() / idle.as_secs_f64();
+    let native_idle = (cpu_time(native.0.id())? - native_before).as_secs_f64() / idle.as_secs_f64();
+
     let (mut corral_time, mut native_time) = (Duration::ZERO, Duration::ZERO);
     let (mut corral_cpu, mut native_cpu) = (Duration::ZERO, Duration::ZERO);
     for round in 0..ROUNDS {
@@ -261,6 +270,21 @@ async fn bench() -> Result<()> {
     println!(
         "  CPU per activity ratio corral/native: {:.3} (target ≤ 1.1)",
         per_activity(corral_cpu) / per_activity(native_cpu)
+    );
+    // Background CPU (measured idle, per second) spread over the run.
+    let working = |cpu: Duration, idle_rate: f64, t: Duration| {
+        (cpu.as_secs_f64() - idle_rate * t.as_secs_f64()).max(0.0) * 1e6 / n
+    };
+    let (corral_work, native_work) = (
+        working(corral_cpu, corral_idle, corral_time),
+        working(native_cpu, native_idle, native_time),
+    );
+    println!(
+        "  idle CPU: corral {:.1} ms/s, native {:.1} ms/s; without it, per activity: corral {corral_work:.1} µs, \
+         native {native_work:.1} µs, ratio {:.3}",
+        corral_idle * 1e3,
+        native_idle * 1e3,
+        corral_work / native_work
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
