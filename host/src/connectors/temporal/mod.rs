@@ -37,6 +37,44 @@ use crate::session::{
 /// cancelled.
 const CANCEL_LATENCY: Duration = Duration::from_secs(2);
 
+/// A TCP port on 127.0.0.1 that is free right now.
+pub fn free_loopback_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The `temporal` CLI arguments that start a headless dev server on
+/// loopback: the frontend on `port`, its HTTP and metrics endpoints on free
+/// ports, and its state in `db` (in memory when `None`). Shared by
+/// `corral dev`, the end-to-end tests and the benchmark.
+pub fn dev_server_args(port: u16, db: Option<&std::path::Path>) -> std::io::Result<Vec<String>> {
+    let mut args: Vec<String> = [
+        "server",
+        "start-dev",
+        "--headless",
+        "--ip",
+        "127.0.0.1",
+        "--log-level",
+        "error",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend([
+        "--port".into(),
+        port.to_string(),
+        "--http-port".into(),
+        free_loopback_port()?.to_string(),
+        "--metrics-port".into(),
+        free_loopback_port()?.to_string(),
+    ]);
+    if let Some(db) = db {
+        args.extend(["--db-filename".into(), db.display().to_string()]);
+    }
+    Ok(args)
+}
+
 /// The identity this process reports to Temporal: `corral@<host>:<pid>`.
 pub fn identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
