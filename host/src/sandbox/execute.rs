@@ -144,7 +144,7 @@ impl Sandbox {
                 task.args.len()
             )));
         }
-        let input_size: usize = task.args.iter().map(|a| a.to_string().len()).sum();
+        let input_size: usize = task.args.iter().map(json_len).sum();
         if input_size > limits.max_input {
             return Err(invalid_input(format!(
                 "the input is {input_size} bytes, over the limit of {} bytes",
@@ -309,7 +309,7 @@ fn result_to_outcome(
         }
         (Some(_), None) => return Err(invalid("the guest returned no result".into())),
     };
-    let size = value.to_string().len();
+    let size = json_len(&value);
     if size > limits.max_output {
         return Err(invalid(format!(
             "the result is {size} bytes, over the limit of {} bytes",
@@ -331,8 +331,7 @@ fn guest_failure(
     if let Some(Val::Record(fields)) = err
         && let Some(failure) = failure_record(fields)
     {
-        let size =
-            failure.message.len() + failure.details.as_ref().map_or(0, |d| d.to_string().len());
+        let size = failure.message.len() + failure.details.as_ref().map_or(0, json_len);
         if size > limits.max_output {
             return Failure::new(
                 FailureClass::InvalidOutput,
@@ -405,4 +404,40 @@ fn failure_record(fields: &[(String, Val)]) -> Option<Failure> {
         message: message.clone(),
         details,
     })
+}
+
+/// The length of `value` serialized as compact JSON, without building the
+/// string: size limits are checked on every task's input and output.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to an infallible writer cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_len;
+    use serde_json::json;
+
+    #[test]
+    fn json_len_is_the_compact_serialized_length() {
+        for value in [
+            json!(null),
+            json!("héllo \"x\""),
+            json!({"a": [1, 2.5, {"b": null}]}),
+        ] {
+            assert_eq!(json_len(&value), value.to_string().len());
+        }
+    }
 }
