@@ -21,7 +21,7 @@ const REPORT_PATIENCE: Duration = Duration::from_secs(60);
 pub(super) async fn run(
     session: &Session,
     connector: &dyn Connector,
-    start: TaskStart,
+    mut start: TaskStart,
     entry: InFlight,
 ) {
     let span = tracing::info_span!(
@@ -33,7 +33,7 @@ pub(super) async fn run(
     );
     async {
         let started = Instant::now();
-        let outcome = execute(session, connector, &start, &entry).await;
+        let outcome = execute(session, connector, &mut start, &entry).await;
         let reason = *entry.reason.lock().unwrap_or_else(|p| p.into_inner());
         let report = to_report(outcome, reason);
         match &report {
@@ -74,7 +74,7 @@ impl TaskObserver for Progress {
 async fn execute(
     session: &Session,
     connector: &dyn Connector,
-    start: &TaskStart,
+    start: &mut TaskStart,
     entry: &InFlight,
 ) -> Outcome {
     let default_policy = RetryPolicy::default();
@@ -93,9 +93,10 @@ async fn execute(
             ),
         ));
     };
-    let args = match &start.args {
-        Ok(args) => args.clone(),
-        Err(e) => return Err(Failure::new(FailureClass::InvalidInput, policy, e.clone())),
+    // The arguments move into the task: nothing after execution needs them.
+    let args = match std::mem::replace(&mut start.args, Ok(Vec::new())) {
+        Ok(args) => args,
+        Err(e) => return Err(Failure::new(FailureClass::InvalidInput, policy, e)),
     };
     let progress = Arc::new(Progress::default());
     if let Some(previous) = &start.info.last_heartbeat {
