@@ -6,9 +6,17 @@
 //! max_concurrent = 64          # tasks at once, host-wide
 //! shutdown_grace = "30s"       # SIGINT/SIGTERM: how long in-flight tasks may finish
 //! connect_timeout = "30s"      # how long to keep trying to reach an engine at start
+//! admin_listen = "127.0.0.1:7466"   # the admin API (needs data_dir)
+//! data_dir = "./corral-data"        # uploaded components and which are active
+//! metrics_listen = "127.0.0.1:9466" # Prometheus GET /metrics
+//! operator_token_sha256 = "…"       # `corral token` prints a token and its hash
+//! max_upload = "64MiB"
+//! admin_tls = { cert = "admin.pem", key = "admin.key" }
+//! log_format = "text"               # or "json"
 //!
 //! [[tenant]]
 //! name = "acme"
+//! token_sha256 = "…"
 //! temporal = { address = "http://127.0.0.1:7233", namespace = "default", task_queue = "acme" }
 //! limits = { memory = "64MiB", timeout = "30s", max_concurrent = 16 }
 //! capabilities = { dirs = [{ host = "./data", guest = "/data", mode = "ro" }], env = { REGION = "eu" } }
@@ -19,10 +27,13 @@
 //! Relative paths are relative to the configuration file.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::control::TlsFiles;
 
 use crate::sandbox::{
     Capabilities, DirGrant, DirMode, FailureClass, Limits, RetryPolicy, Tenant, parse_bytes,
@@ -44,11 +55,39 @@ pub struct HostConfig {
     pub max_memory: u64,
     /// How long to keep trying to reach an engine at start.
     pub connect_timeout: Duration,
+    pub admin_listen: Option<SocketAddr>,
+    pub admin_tls: Option<TlsFiles>,
+    pub data_dir: Option<PathBuf>,
+    pub metrics_listen: Option<SocketAddr>,
+    pub operator_token_sha256: Option<String>,
+    pub max_upload: u64,
+    pub log_json: bool,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            max_concurrent: 256,
+            shutdown_grace: Duration::from_secs(30),
+            cache_dir: None,
+            max_memory: 1 << 30,
+            connect_timeout: Duration::from_secs(30),
+            admin_listen: None,
+            admin_tls: None,
+            data_dir: None,
+            metrics_listen: None,
+            operator_token_sha256: None,
+            max_upload: 64 << 20,
+            log_json: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
 pub struct TenantConfig {
     pub tenant: Tenant,
+    /// Hex SHA-256 of the tenant's admin API token.
+    pub token_sha256: Option<String>,
     pub max_concurrent: usize,
     pub temporal: TemporalBinding,
     pub components: Vec<PathBuf>,
@@ -99,12 +138,27 @@ struct RawHost {
     cache_dir: Option<PathBuf>,
     max_memory: Option<String>,
     connect_timeout: Option<String>,
+    admin_listen: Option<String>,
+    admin_tls: Option<RawTls>,
+    data_dir: Option<PathBuf>,
+    metrics_listen: Option<String>,
+    operator_token_sha256: Option<String>,
+    max_upload: Option<String>,
+    log_format: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: PathBuf,
+    key: PathBuf,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTenant {
     name: String,
+    token_sha256: Option<String>,
     temporal: Option<TemporalBinding>,
     #[serde(default)]
     limits: RawLimits,
@@ -177,7 +231,38 @@ impl Config {
                 "30s",
                 "host.connect_timeout",
             )?,
+            admin_listen: address(raw.host.admin_listen.as_deref(), "host.admin_listen")?,
+            admin_tls: raw.host.admin_tls.map(|t| TlsFiles {
+                cert: base.join(t.cert),
+                key: base.join(t.key),
+            }),
+            data_dir: raw.host.data_dir.map(|d| base.join(d)),
+            metrics_listen: address(raw.host.metrics_listen.as_deref(), "host.metrics_listen")?,
+            operator_token_sha256: token_hash(
+                raw.host.operator_token_sha256,
+                "host.operator_token_sha256",
+            )?,
+            max_upload: bytes(raw.host.max_upload.as_deref(), "64MiB", "host.max_upload")?,
+            log_json: match raw.host.log_format.as_deref() {
+                None | Some("text") => false,
+                Some("json") => true,
+                Some(other) => {
+                    return Err(ConfigError(format!(
+                        "host.log_format: `{other}` is not text or json"
+                    )));
+                }
+            },
         };
+        if host.admin_listen.is_some() && host.data_dir.is_none() {
+            return Err(ConfigError(
+                "host.data_dir: required with host.admin_listen, so uploaded components survive a restart".into(),
+            ));
+        }
+        if host.admin_tls.is_some() && host.admin_listen.is_none() {
+            return Err(ConfigError(
+                "host.admin_tls: set host.admin_listen too (TLS for which endpoint?)".into(),
+            ));
+        }
         if raw.tenant.is_empty() {
             return Err(ConfigError(
                 "no [[tenant]] is configured: nothing to serve".into(),
@@ -289,9 +374,9 @@ impl Config {
                 };
                 retry.set(*c, *retryable);
             }
-            if t.components.is_empty() {
+            if t.components.is_empty() && host.admin_listen.is_none() {
                 return Err(ConfigError(format!(
-                    "{}: no component to serve",
+                    "{}: no component to serve (list some, or set host.admin_listen to deploy them)",
                     key("components")
                 )));
             }
@@ -310,6 +395,7 @@ impl Config {
                 .map_err(|e| ConfigError(format!("{}: {e}", key("capabilities"))))?;
             tenants.push(TenantConfig {
                 tenant,
+                token_sha256: token_hash(t.token_sha256.clone(), &key("token_sha256"))?,
                 max_concurrent,
                 temporal,
                 components: t.components.iter().map(|c| base.join(c)).collect(),
@@ -317,6 +403,30 @@ impl Config {
             });
         }
         Ok(Config { host, tenants })
+    }
+}
+
+fn address(value: Option<&str>, key: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    value
+        .map(|v| {
+            v.parse().map_err(|_| {
+                ConfigError(format!(
+                    "{key}: `{v}` is not an address such as 127.0.0.1:7466"
+                ))
+            })
+        })
+        .transpose()
+}
+
+fn token_hash(value: Option<String>, key: &str) -> Result<Option<String>, ConfigError> {
+    match value {
+        Some(h) if h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()) => {
+            Ok(Some(h.to_ascii_lowercase()))
+        }
+        Some(h) => Err(ConfigError(format!(
+            "{key}: `{h}` is not a hex SHA-256 (64 hex digits; `corral token` prints one)"
+        ))),
+        None => Ok(None),
     }
 }
 

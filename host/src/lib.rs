@@ -7,6 +7,8 @@
 
 pub mod config;
 pub mod connectors;
+pub mod control;
+pub mod metrics;
 pub mod sandbox;
 pub mod session;
 pub mod testing;

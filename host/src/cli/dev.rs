@@ -88,9 +88,8 @@ pub async fn dev(args: Args) -> ExitCode {
         host: HostConfig {
             max_concurrent: 32,
             shutdown_grace: Duration::from_secs(10),
-            cache_dir: None,
-            max_memory: 1 << 30,
             connect_timeout: Duration::from_secs(60),
+            ..HostConfig::default()
         },
         tenants: vec![TenantConfig {
             tenant: Tenant {
@@ -98,6 +97,7 @@ pub async fn dev(args: Args) -> ExitCode {
                 limits: Limits::default(),
                 ..Tenant::default()
             },
+            token_sha256: None,
             max_concurrent: 16,
             temporal: TemporalBinding {
                 address: format!("http://{address}"),
@@ -146,7 +146,7 @@ fn print_commands(registry: &Registry, address: &str) {
         println!(
             "temporal activity execute --address {address} --task-queue {TASK_QUEUE} --type {} \
              --activity-id {id}-$RANDOM --start-to-close-timeout 60s{inputs}\n",
-            quote(name)
+            quote(&name)
         );
     }
 }

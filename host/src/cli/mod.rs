@@ -2,6 +2,7 @@
 //! success, 1 the activity failed (a classified failure), 2 usage or load
 //! errors.
 
+mod admin;
 mod dev;
 mod inspect;
 mod run;
@@ -37,6 +38,22 @@ enum Command {
     /// Start a Temporal dev server and serve components on it, printing
     /// ready-to-paste `temporal activity execute` lines. Ctrl-C stops both.
     Dev(dev::Args),
+    /// Upload a component to a running host and (by default) activate it.
+    Deploy(admin::DeployArgs),
+    /// List the stored versions of a tenant's components.
+    Ls(admin::ConnOnly),
+    /// Show one stored version: activity types with WIT signatures, imports.
+    Describe(admin::DigestArgs),
+    /// Remove a stored version.
+    Rm(admin::RemoveArgs),
+    /// Make a stored version the active one of its deployment (roll back or forward).
+    Activate(admin::DigestArgs),
+    /// In-flight tasks, permits and outcome counts.
+    Status(admin::ConnOnly),
+    /// Run one activity on a running host, outside any engine (a smoke test).
+    Invoke(admin::InvokeArgs),
+    /// Generate an admin API token and the SHA-256 to put in corral.toml.
+    Token(admin::TokenArgs),
 }
 
 /// Options every command that loads components shares.
@@ -82,21 +99,34 @@ pub(crate) fn usage_error(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// Logs go to stderr, as text or (for log collectors) JSON lines.
+pub(crate) fn init_tracing(default_filter: &str, json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
+}
+
+/// What a server logs by default.
+pub(crate) const SERVER_LOG: &str = "warn,corral=info";
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // A server logs what it does; one-shot commands print their own output.
-    let default_filter = match cli.command {
-        Command::Serve(_) | Command::Dev(_) => "warn,corral=info",
-        _ => "warn",
-    };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
-        .init();
+    // `serve` sets up its logs once it has read the configuration's format.
+    match cli.command {
+        Command::Serve(_) => {}
+        Command::Dev(_) => init_tracing(SERVER_LOG, false),
+        _ => init_tracing("warn", false),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -110,6 +140,14 @@ pub fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Dev(args) => dev::dev(args).await,
+            Command::Deploy(args) => admin::deploy(args).await,
+            Command::Ls(args) => admin::list(args).await,
+            Command::Describe(args) => admin::describe(args).await,
+            Command::Rm(args) => admin::remove(args).await,
+            Command::Activate(args) => admin::activate(args).await,
+            Command::Status(args) => admin::status(args).await,
+            Command::Invoke(args) => admin::invoke(args).await,
+            Command::Token(args) => admin::token(args),
         }
     })
 }

@@ -9,10 +9,13 @@ use tokio_util::sync::CancellationToken;
 
 use corral::config::Config;
 use corral::connectors::temporal::TemporalConnector;
+use corral::control::store::Index;
+use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, server};
+use corral::metrics::Metrics;
 use corral::sandbox::{Sandbox, SandboxConfig};
 use corral::session::{Connector, Permits, Registry, Session};
 
-use super::{default_cache_dir, usage_error};
+use super::{SERVER_LOG, default_cache_dir, init_tracing, usage_error};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -24,8 +27,12 @@ pub struct Args {
 pub async fn serve(args: Args) -> ExitCode {
     let config = match Config::load(&args.config) {
         Ok(config) => config,
-        Err(e) => return usage_error(e),
+        Err(e) => {
+            init_tracing(SERVER_LOG, false);
+            return usage_error(e);
+        }
     };
+    init_tracing(SERVER_LOG, config.host.log_json);
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
     match run(config, shutdown, |_| {}).await {
@@ -34,46 +41,58 @@ pub async fn serve(args: Args) -> ExitCode {
     }
 }
 
-/// Loads every tenant's components, connects their workers, calls `ready`
-/// and serves until `shutdown` fires and everything accepted is reported.
+/// Opens the store, loads every tenant's components, connects their
+/// workers, starts the admin API and metrics endpoints, calls `ready` and
+/// serves until `shutdown` fires and everything accepted is reported.
 pub async fn run(
     config: Config,
     shutdown: CancellationToken,
     ready: impl FnOnce(&Registry),
 ) -> anyhow::Result<()> {
+    let (store, index) = match &config.host.data_dir {
+        Some(dir) => Store::open(dir).map_err(anyhow::Error::msg)?,
+        None => (Store::in_memory(), Index::default()),
+    };
     let sandbox = Sandbox::new(SandboxConfig {
         max_instances: u32::try_from(config.host.max_concurrent)?.saturating_add(16),
         max_memory: config.host.max_memory,
-        cache_dir: config.host.cache_dir.clone().or_else(default_cache_dir),
+        cache_dir: config
+            .host
+            .cache_dir
+            .clone()
+            .or_else(|| store.compiled_dir())
+            .or_else(default_cache_dir),
         ..SandboxConfig::default()
     })?;
-    let mut registry = Registry::default();
     for t in &config.tenants {
         sandbox.check_tenant(&t.tenant)?;
-        let mut components = Vec::new();
-        for path in &t.components {
-            let component = sandbox.load_file(path).map_err(|e| {
-                anyhow::anyhow!(
-                    "tenant `{}`: cannot load `{}`: {e}",
-                    t.tenant.name,
-                    path.display()
-                )
-            })?;
-            tracing::info!(
-                tenant = %t.tenant.name,
-                digest = %component.digest,
-                from_cache = component.from_cache,
-                "loaded {}",
-                path.display()
-            );
-            components.push(component);
-        }
-        let aliases: Vec<(String, String)> = t.aliases.clone().into_iter().collect();
-        registry
-            .add_tenant(t.tenant.clone(), &components, &aliases)
+    }
+    let registry = Arc::new(Registry::default());
+    let metrics = Arc::new(Metrics::default());
+    let specs = config
+        .tenants
+        .iter()
+        .map(|t| TenantSpec {
+            tenant: t.tenant.clone(),
+            aliases: t.aliases.clone().into_iter().collect(),
+        })
+        .collect();
+    let catalog = Catalog::open(
+        sandbox.clone(),
+        registry.clone(),
+        metrics.clone(),
+        store,
+        index,
+        specs,
+    )
+    .map_err(anyhow::Error::msg)?;
+    for t in &config.tenants {
+        catalog
+            .seed(&t.tenant.name, &t.components)
+            .await
             .map_err(anyhow::Error::msg)?;
     }
-    let registry = Arc::new(registry);
+    let catalog = Arc::new(catalog);
     let permits = Permits::new(
         config.host.max_concurrent,
         config
@@ -82,7 +101,7 @@ pub async fn run(
             .map(|t| (t.tenant.name.clone(), t.max_concurrent)),
     );
     let runtime = temporalio_sdk_core::CoreRuntime::new_assume_tokio(Default::default())?;
-    let session = Session::new(sandbox, registry.clone());
+    let session = Session::new(sandbox, registry.clone(), metrics.clone());
     let mut connectors: Vec<Arc<dyn Connector>> = Vec::new();
     for t in &config.tenants {
         let connector = TemporalConnector::connect(
@@ -104,6 +123,36 @@ pub async fn run(
         );
         connectors.push(Arc::new(connector));
     }
+    // The endpoints stop only after the workers have drained.
+    let endpoints = CancellationToken::new();
+    let mut listeners = Vec::new();
+    if let Some(address) = config.host.admin_listen {
+        let service = AdminService {
+            catalog: catalog.clone(),
+            auth: Auth::new(
+                config.host.operator_token_sha256.as_deref(),
+                config
+                    .tenants
+                    .iter()
+                    .map(|t| (t.tenant.name.as_str(), t.token_sha256.as_deref())),
+            ),
+            session: session.clone(),
+            permits: permits.clone(),
+            max_upload: config.host.max_upload,
+        };
+        let tls = config.host.admin_tls.as_ref();
+        let (bound, handle) = server::admin(address, tls, service, endpoints.clone()).await?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        eprintln!("corral: admin API on {scheme}://{bound}");
+        listeners.push(handle);
+    }
+    if let Some(address) = config.host.metrics_listen {
+        let tenants = config.tenants.iter().map(|t| t.tenant.name.clone()).collect();
+        let (bound, handle) =
+            server::metrics(address, metrics, permits.clone(), tenants, endpoints.clone()).await?;
+        eprintln!("corral: metrics on http://{bound}/metrics");
+        listeners.push(handle);
+    }
     ready(&registry);
     eprintln!(
         "corral: ready ({} tenant(s)); Ctrl-C or SIGTERM to stop",
@@ -118,6 +167,10 @@ pub async fn run(
     }
     while let Some(done) = serving.join_next().await {
         done?;
+    }
+    endpoints.cancel();
+    for listener in listeners {
+        let _ = listener.await;
     }
     eprintln!("corral: stopped; every accepted task was reported");
     Ok(())

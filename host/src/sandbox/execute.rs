@@ -213,9 +213,11 @@ impl Sandbox {
 
         let mut results = vec![Val::Bool(false); usize::from(activity.result.is_some())];
         let started = Instant::now();
+        let observer = task.observer.clone();
         let ended = {
             let call = async {
                 let instance = component.pre.instantiate_async(&mut store).await?;
+                observer.instantiated(started.elapsed());
                 let func = instance
                     .get_func(&mut store, activity.export)
                     .ok_or_else(|| {

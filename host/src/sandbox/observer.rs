@@ -67,6 +67,11 @@ pub trait TaskObserver: Send + Sync {
         let _ = (stream, line);
     }
 
+    /// The task's instance exists; creating it took `took`.
+    fn instantiated(&self, took: std::time::Duration) {
+        let _ = took;
+    }
+
     /// The task ended having written `bytes` more output (or log text) than
     /// its budget allowed; that output was dropped.
     fn output_dropped(&self, bytes: u64) {

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 pub use permits::{Permit, Permits, Usage};
 pub use registry::{Registry, Route};
 
+use crate::metrics::Metrics;
 use crate::sandbox::{Failure, Sandbox, TaskInfo};
 
 /// An engine's identifier of one task attempt (Temporal's task token).
@@ -121,14 +122,16 @@ impl InFlight {
 pub struct Session {
     pub sandbox: Arc<Sandbox>,
     pub registry: Arc<Registry>,
+    pub metrics: Arc<Metrics>,
     in_flight: Mutex<HashMap<TaskKey, InFlight>>,
 }
 
 impl Session {
-    pub fn new(sandbox: Arc<Sandbox>, registry: Arc<Registry>) -> Arc<Self> {
+    pub fn new(sandbox: Arc<Sandbox>, registry: Arc<Registry>, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Session {
             sandbox,
             registry,
+            metrics,
             in_flight: Mutex::new(HashMap::new()),
         })
     }

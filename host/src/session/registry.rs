@@ -1,8 +1,13 @@
 //! Which component serves which activity type for which tenant, with the
 //! tenant's aliases (Temporal users like short names such as `Greet`).
+//!
+//! The registry is live: the control plane replaces a tenant's routes when a
+//! version is activated, and the next task is routed by the new table. A
+//! task takes its route (and so its component) once, when it starts, so
+//! tasks already running finish on the version they started with.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use crate::sandbox::{LoadedComponent, Tenant};
 
@@ -15,36 +20,62 @@ pub struct Route {
     pub activity: String,
 }
 
+/// One tenant's policy and routes, replaced as a whole.
+#[derive(Debug)]
+struct TenantRoutes {
+    tenant: Arc<Tenant>,
+    routes: HashMap<String, Route>,
+}
+
 /// Every tenant's activity types.
 #[derive(Debug, Default)]
 pub struct Registry {
-    routes: HashMap<(String, String), Route>,
-    tenants: HashMap<String, Arc<Tenant>>,
+    tenants: RwLock<HashMap<String, Arc<TenantRoutes>>>,
 }
 
 impl Registry {
-    /// Adds a tenant's components and aliases. Two components exporting the
-    /// same activity type, or an alias to a type no component exports, are
-    /// refused here, before anything is served.
-    pub fn add_tenant(
-        &mut self,
+    /// Sets (or replaces) a tenant's components and aliases. Two components
+    /// exporting the same activity type, or an alias to a type no component
+    /// exports, are refused, and the tenant keeps its previous routes.
+    pub fn set_tenant(
+        &self,
         tenant: Tenant,
         components: &[Arc<LoadedComponent>],
         aliases: &[(String, String)],
     ) -> Result<(), String> {
-        let tenant = Arc::new(tenant);
-        let name = tenant.name.clone();
+        let routes = Registry::build(Arc::new(tenant), components, aliases)?;
+        let name = routes.tenant.name.clone();
+        self.write().insert(name, Arc::new(routes));
+        Ok(())
+    }
+
+    /// Checks that `components` and `aliases` would make a valid table for
+    /// `tenant`, without changing anything.
+    pub fn check(
+        tenant: &Tenant,
+        components: &[Arc<LoadedComponent>],
+        aliases: &[(String, String)],
+    ) -> Result<(), String> {
+        Registry::build(Arc::new(tenant.clone()), components, aliases).map(|_| ())
+    }
+
+    fn build(
+        tenant: Arc<Tenant>,
+        components: &[Arc<LoadedComponent>],
+        aliases: &[(String, String)],
+    ) -> Result<TenantRoutes, String> {
+        let name = &tenant.name;
+        let mut routes: HashMap<String, Route> = HashMap::new();
         for component in components {
             for activity in &component.activities {
-                let key = (name.clone(), activity.name.clone());
-                if let Some(existing) = self.routes.get(&key) {
+                if let Some(existing) = routes.get(&activity.name) {
                     return Err(format!(
                         "tenant `{name}`: activity type `{}` is exported by both {} and {}",
                         activity.name, existing.component.digest, component.digest
                     ));
                 }
-                self.routes.insert(
-                    key,
+                routes.insert(
+                    activity.name.clone(),
                     Route {
                         tenant: tenant.clone(),
                         component: component.clone(),
@@ -54,47 +85,59 @@ impl Registry {
             }
         }
         for (alias, target) in aliases {
-            let Some(route) = self.routes.get(&(name.clone(), target.clone())).cloned() else {
+            let Some(route) = routes.get(target).cloned() else {
                 return Err(format!(
-                    "tenant `{name}`: alias `{alias}` names `{target}`, which no component exports"
+                    "tenant `{name}`: alias `{alias}` names `{target}`, which no active component exports"
                 ));
             };
-            if self.routes.contains_key(&(name.clone(), alias.clone())) {
+            if routes.contains_key(alias) {
                 return Err(format!(
                     "tenant `{name}`: alias `{alias}` is already an activity type"
                 ));
             }
-            self.routes.insert((name.clone(), alias.clone()), route);
+            routes.insert(alias.clone(), route);
         }
-        self.tenants.insert(name, tenant);
-        Ok(())
+        Ok(TenantRoutes { tenant, routes })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<TenantRoutes>>> {
+        self.tenants.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<TenantRoutes>>> {
+        self.tenants.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tenant_routes(&self, tenant: &str) -> Option<Arc<TenantRoutes>> {
+        self.read().get(tenant).cloned()
     }
 
     /// The route of `activity_type` (a full name or an alias) for `tenant`.
-    pub fn route(&self, tenant: &str, activity_type: &str) -> Option<&Route> {
-        self.routes
-            .get(&(tenant.to_owned(), activity_type.to_owned()))
+    pub fn route(&self, tenant: &str, activity_type: &str) -> Option<Route> {
+        self.read().get(tenant)?.routes.get(activity_type).cloned()
     }
 
     /// A tenant's policy.
-    pub fn tenant(&self, name: &str) -> Option<&Arc<Tenant>> {
-        self.tenants.get(name)
+    pub fn tenant(&self, name: &str) -> Option<Arc<Tenant>> {
+        self.tenant_routes(name).map(|t| t.tenant.clone())
     }
 
     /// Every route of a tenant, by the name it is served under, sorted.
-    pub fn routes(&self, tenant: &str) -> Vec<(&str, &Route)> {
-        let mut routes: Vec<(&str, &Route)> = self
+    pub fn routes(&self, tenant: &str) -> Vec<(String, Route)> {
+        let Some(table) = self.tenant_routes(tenant) else {
+            return Vec::new();
+        };
+        let mut routes: Vec<(String, Route)> = table
             .routes
             .iter()
-            .filter(|((t, _), _)| t == tenant)
-            .map(|((_, name), route)| (name.as_str(), route))
+            .map(|(name, route)| (name.clone(), route.clone()))
             .collect();
-        routes.sort_unstable_by_key(|(name, _)| *name);
+        routes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         routes
     }
 
     /// Every name a tenant serves (full names and aliases), sorted.
-    pub fn activity_types(&self, tenant: &str) -> Vec<&str> {
+    pub fn activity_types(&self, tenant: &str) -> Vec<String> {
         self.routes(tenant)
             .into_iter()
             .map(|(name, _)| name)

@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use tracing::Instrument;
 
 use super::{CancelReason, Connector, InFlight, Report, Session, TaskStart};
+use crate::metrics::{COMPLETED, Metrics};
 use crate::sandbox::{Failure, FailureClass, Outcome, RetryPolicy, Task, TaskObserver};
 
 /// The longest wait between two report attempts.
@@ -33,15 +34,23 @@ pub(super) async fn run(
     );
     async {
         let started = Instant::now();
-        let outcome = execute(session, connector, &mut start, &entry).await;
+        session.metrics.task_started(&start.tenant);
+        let (outcome, activity) = execute(session, connector, &mut start, &entry).await;
         let reason = *entry.reason.lock().unwrap_or_else(|p| p.into_inner());
         let report = to_report(outcome, reason);
-        match &report {
-            Report::Completed(_) => tracing::info!(elapsed = ?started.elapsed(), "completed"),
-            Report::Failed(f) | Report::Cancelled(f) => {
-                tracing::info!(elapsed = ?started.elapsed(), class = %f.class, kind = %f.kind, "failed: {}", f.message)
+        let label = match &report {
+            Report::Completed(_) => {
+                tracing::info!(elapsed = ?started.elapsed(), "completed");
+                COMPLETED
             }
-        }
+            Report::Failed(f) | Report::Cancelled(f) => {
+                tracing::info!(elapsed = ?started.elapsed(), class = %f.class, kind = %f.kind, "failed: {}", f.message);
+                f.class.as_str()
+            }
+        };
+        session
+            .metrics
+            .task_finished(&start.tenant, &activity, label, started.elapsed());
         deliver(connector, &start, report, started).await;
     }
     .instrument(span)
@@ -50,10 +59,11 @@ pub(super) async fn run(
 
 /// The guest's latest progress, forwarded by the runner (the observer runs
 /// on the guest's thread and must not block on the transport).
-#[derive(Default)]
 struct Progress {
     last: Mutex<Option<Value>>,
     fresh: Notify,
+    metrics: Arc<Metrics>,
+    tenant: String,
 }
 
 impl Progress {
@@ -69,6 +79,10 @@ impl TaskObserver for Progress {
         }
         self.fresh.notify_one();
     }
+
+    fn instantiated(&self, took: Duration) {
+        self.metrics.instantiated(&self.tenant, took);
+    }
 }
 
 async fn execute(
@@ -76,15 +90,15 @@ async fn execute(
     connector: &dyn Connector,
     start: &mut TaskStart,
     entry: &InFlight,
-) -> Outcome {
+) -> (Outcome, String) {
     let default_policy = RetryPolicy::default();
-    let policy = session
-        .registry
-        .tenant(&start.tenant)
-        .map_or(&default_policy, |t| &t.retry);
+    let tenant = session.registry.tenant(&start.tenant);
+    let policy = tenant.as_ref().map_or(&default_policy, |t| &t.retry);
     let Some(route) = session.registry.route(&start.tenant, &start.activity_type) else {
         let served = session.registry.activity_types(&start.tenant).join(", ");
-        return Err(Failure::new(
+        // Engines can send any name: one label for all unknown ones keeps the
+        // metrics' cardinality bounded.
+        let unknown = Err(Failure::new(
             FailureClass::UnknownActivity,
             policy,
             format!(
@@ -92,13 +106,31 @@ async fn execute(
                 start.tenant, start.activity_type
             ),
         ));
+        return (unknown, "<unknown>".to_owned());
     };
+    let outcome = run_routed(session, connector, start, entry, &route, policy).await;
+    (outcome, route.activity)
+}
+
+async fn run_routed(
+    session: &Session,
+    connector: &dyn Connector,
+    start: &mut TaskStart,
+    entry: &InFlight,
+    route: &super::Route,
+    policy: &RetryPolicy,
+) -> Outcome {
     // The arguments move into the task: nothing after execution needs them.
     let args = match std::mem::replace(&mut start.args, Ok(Vec::new())) {
         Ok(args) => args,
         Err(e) => return Err(Failure::new(FailureClass::InvalidInput, policy, e)),
     };
-    let progress = Arc::new(Progress::default());
+    let progress = Arc::new(Progress {
+        last: Mutex::new(None),
+        fresh: Notify::new(),
+        metrics: session.metrics.clone(),
+        tenant: start.tenant.clone(),
+    });
     if let Some(previous) = &start.info.last_heartbeat {
         *progress.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(previous.clone());
     }

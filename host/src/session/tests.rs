@@ -90,13 +90,13 @@ fn fixture(transport_failures: u32) -> Fixture {
         },
         ..Tenant::default()
     };
-    let mut registry = Registry::default();
+    let registry = Registry::default();
     registry
-        .add_tenant(tenant, &[component], &[("Answer".into(), "answer".into())])
+        .set_tenant(tenant, &[component], &[("Answer".into(), "answer".into())])
         .unwrap();
     let (send, receive) = mpsc::channel(8);
     Fixture {
-        session: Session::new(sandbox, Arc::new(registry)),
+        session: Session::new(sandbox, Arc::new(registry), Default::default()),
         engine: Arc::new(Scripted {
             inbound: tokio::sync::Mutex::new(receive),
             stopped: CancellationToken::new(),

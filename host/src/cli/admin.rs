@@ -1,0 +1,452 @@
+//! The admin API's command line: `deploy`, `ls`, `describe`, `rm`,
+//! `activate`, `status`, `invoke`, and the local `token`. Tables for people,
+//! `--json` for scripts. Exit codes: 0 done, 1 an invoked activity failed,
+//! 2 the call was refused (the gRPC status and its message are printed).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::{Request, Status};
+
+use corral::control::generate_token;
+use corral::control::proto::{self, admin_client::AdminClient, run_response, upload_request};
+
+use super::usage_error;
+
+/// How to reach and authenticate to a host.
+#[derive(clap::Args)]
+pub struct Conn {
+    /// The admin API's address.
+    #[arg(long, env = "CORRAL_ENDPOINT", default_value = "http://127.0.0.1:7466")]
+    endpoint: String,
+    /// The bearer token (prefer the environment variable: command lines are visible to others).
+    #[arg(long, env = "CORRAL_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The tenant to act on (required with the operator's token).
+    #[arg(long)]
+    tenant: Option<String>,
+    /// A PEM CA certificate to trust for an https endpoint.
+    #[arg(long, value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct DeployArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// The component to upload.
+    file: PathBuf,
+    /// The deployment it is a version of [default: the file's stem].
+    #[arg(long)]
+    name: Option<String>,
+    /// An alias served while this version is active: NAME=ACTIVITY_TYPE.
+    #[arg(long = "alias", value_name = "NAME=TYPE", value_parser = pair)]
+    aliases: Vec<(String, String)>,
+    /// A label kept with the version: KEY=VALUE.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = pair)]
+    labels: Vec<(String, String)>,
+    /// Store it without activating it.
+    #[arg(long)]
+    inactive: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ConnOnly {
+    #[command(flatten)]
+    conn: Conn,
+}
+
+#[derive(clap::Args)]
+pub struct DigestArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// `sha256:<hex>`, or at least 8 hex digits of it.
+    digest: String,
+}
+
+#[derive(clap::Args)]
+pub struct RemoveArgs {
+    #[command(flatten)]
+    conn: Conn,
+    digest: String,
+    /// Also remove the active version, which stops serving its activity types.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(clap::Args)]
+pub struct InvokeArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// The activity type (full name or alias).
+    activity_type: String,
+    /// One JSON value per parameter.
+    args: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct TokenArgs {
+    /// Print `{"token":…,"sha256":…}`.
+    #[arg(long)]
+    json: bool,
+}
+
+fn pair(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("`{text}` is not KEY=VALUE")),
+    }
+}
+
+/// The bytes of an upload travel in chunks of this size.
+const CHUNK: usize = 1 << 20;
+
+impl Conn {
+    async fn client(&self) -> Result<AdminClient<Channel>, String> {
+        let mut endpoint = Endpoint::from_shared(self.endpoint.clone())
+            .map_err(|e| format!("--endpoint `{}`: {e}", self.endpoint))?;
+        if self.endpoint.starts_with("https://") {
+            let mut tls = ClientTlsConfig::new().with_enabled_roots();
+            if let Some(ca) = &self.ca_cert {
+                let pem = std::fs::read(ca)
+                    .map_err(|e| format!("--ca-cert `{}`: {e}", ca.display()))?;
+                tls = tls.ca_certificate(Certificate::from_pem(pem));
+            }
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| format!("TLS for `{}`: {e}", self.endpoint))?;
+        }
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| format!("cannot reach the admin API at {}: {e}", self.endpoint))?;
+        Ok(AdminClient::new(channel).max_decoding_message_size(64 << 20))
+    }
+
+    fn request<T>(&self, message: T) -> Result<Request<T>, String> {
+        let mut request = Request::new(message);
+        let Some(token) = &self.token else {
+            return Err("no token: set CORRAL_TOKEN (or pass --token)".to_owned());
+        };
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| "the token has characters a header cannot carry".to_owned())?;
+        request.metadata_mut().insert("authorization", value);
+        Ok(request)
+    }
+
+    fn tenant(&self) -> String {
+        self.tenant.clone().unwrap_or_default()
+    }
+}
+
+fn refused(status: &Status) -> ExitCode {
+    usage_error(format!("{:?}: {}", status.code(), status.message()))
+}
+
+macro_rules! call {
+    ($conn:expr, $method:ident, $message:expr) => {{
+        let mut client = match $conn.client().await {
+            Ok(client) => client,
+            Err(e) => return usage_error(e),
+        };
+        let request = match $conn.request($message) {
+            Ok(request) => request,
+            Err(e) => return usage_error(e),
+        };
+        match client.$method(request).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => return refused(&status),
+        }
+    }};
+}
+
+pub async fn deploy(args: DeployArgs) -> ExitCode {
+    let bytes = match std::fs::read(&args.file) {
+        Ok(bytes) => bytes,
+        Err(e) => return usage_error(format!("reading `{}`: {e}", args.file.display())),
+    };
+    let name = args.name.clone().unwrap_or_else(|| {
+        args.file
+            .file_stem()
+            .map_or_else(|| "component".to_owned(), |s| s.to_string_lossy().into_owned())
+    });
+    let header = proto::UploadHeader {
+        tenant: args.conn.tenant(),
+        name,
+        aliases: args.aliases.into_iter().collect(),
+        labels: args.labels.into_iter().collect(),
+        size: bytes.len() as u64,
+        inactive: args.inactive,
+    };
+    let mut messages = vec![proto::UploadRequest {
+        part: Some(upload_request::Part::Header(header)),
+    }];
+    messages.extend(bytes.chunks(CHUNK).map(|chunk| proto::UploadRequest {
+        part: Some(upload_request::Part::Chunk(chunk.to_vec())),
+    }));
+    let response = call!(args.conn, upload, tokio_stream::iter(messages));
+    let Some(component) = response.component else {
+        return usage_error("the host answered without the stored component");
+    };
+    if args.conn.json {
+        let mut value = component_json(&component);
+        value["already_stored"] = json!(response.already_stored);
+        println!("{value}");
+    } else {
+        let state = if component.active { "active" } else { "stored, inactive" };
+        let again = if response.already_stored { " (already stored)" } else { "" };
+        println!("{} {} of `{}`: {state}{again}", component.tenant, component.digest, component.name);
+        print_activity_types(&component);
+    }
+    ExitCode::SUCCESS
+}
+
+pub async fn list(args: ConnOnly) -> ExitCode {
+    let request = proto::ListRequest {
+        tenant: args.conn.tenant(),
+    };
+    let response = call!(args.conn, list, request);
+    if args.conn.json {
+        let all: Vec<Value> = response.components.iter().map(component_json).collect();
+        println!("{}", Value::Array(all));
+        return ExitCode::SUCCESS;
+    }
+    println!("{:<12} {:<20} {:<8} {:>10}  {:<20} DIGEST", "TENANT", "DEPLOYMENT", "ACTIVE", "SIZE", "UPLOADED");
+    for c in &response.components {
+        println!(
+            "{:<12} {:<20} {:<8} {:>10}  {:<20} {}",
+            c.tenant,
+            c.name,
+            if c.active { "yes" } else { "" },
+            corral::sandbox::format_bytes(c.size),
+            time_text(c.uploaded_at_ms),
+            c.digest
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+pub async fn describe(args: DigestArgs) -> ExitCode {
+    let request = proto::DescribeRequest {
+        tenant: args.conn.tenant(),
+        digest: args.digest.clone(),
+    };
+    let c = call!(args.conn, describe, request);
+    if args.conn.json {
+        println!("{}", component_json(&c));
+        return ExitCode::SUCCESS;
+    }
+    println!("{} of `{}` (tenant {})", c.digest, c.name, c.tenant);
+    println!("  size:     {}", corral::sandbox::format_bytes(c.size));
+    println!("  uploaded: {}", time_text(c.uploaded_at_ms));
+    println!("  active:   {}", if c.active { "yes" } else { "no" });
+    for (k, v) in &c.labels {
+        println!("  label:    {k}={v}");
+    }
+    for (alias, target) in &c.aliases {
+        println!("  alias:    {alias} -> {target}");
+    }
+    print_activity_types(&c);
+    for u in &c.unsupported {
+        println!("  unsupported: {u}");
+    }
+    println!("imports:");
+    for import in &c.imports {
+        println!("  {import}");
+    }
+    ExitCode::SUCCESS
+}
+
+pub async fn remove(args: RemoveArgs) -> ExitCode {
+    let request = proto::RemoveRequest {
+        tenant: args.conn.tenant(),
+        digest: args.digest.clone(),
+        force: args.force,
+    };
+    let c = call!(args.conn, remove, request);
+    if args.conn.json {
+        println!("{}", component_json(&c));
+    } else {
+        println!("removed {} of `{}`", c.digest, c.name);
+    }
+    ExitCode::SUCCESS
+}
+
+pub async fn activate(args: DigestArgs) -> ExitCode {
+    let request = proto::ActivateRequest {
+        tenant: args.conn.tenant(),
+        digest: args.digest.clone(),
+    };
+    let response = call!(args.conn, activate, request);
+    let Some(c) = response.component else {
+        return usage_error("the host answered without the activated component");
+    };
+    if args.conn.json {
+        let mut value = component_json(&c);
+        value["previous_digest"] = json!(response.previous_digest);
+        println!("{value}");
+    } else if response.previous_digest.is_empty() {
+        println!("{} of `{}` is active", c.digest, c.name);
+    } else {
+        println!("{} of `{}` is active (was {})", c.digest, c.name, response.previous_digest);
+    }
+    ExitCode::SUCCESS
+}
+
+pub async fn status(args: ConnOnly) -> ExitCode {
+    let request = proto::StatusRequest {
+        tenant: args.conn.tenant(),
+    };
+    let s = call!(args.conn, status, request);
+    if args.conn.json {
+        let tenants: Vec<Value> = s
+            .tenants
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "max_concurrent": t.max_concurrent,
+                    "in_use": t.in_use,
+                    "in_flight": t.in_flight,
+                    "outcomes": t.outcomes.iter().collect::<std::collections::BTreeMap<_, _>>(),
+                    "activity_types": t.activity_types,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({"host_max_concurrent": s.host_max_concurrent, "host_in_use": s.host_in_use, "tenants": tenants})
+        );
+        return ExitCode::SUCCESS;
+    }
+    println!("host: {} of {} permits in use", s.host_in_use, s.host_max_concurrent);
+    for t in &s.tenants {
+        let mut outcomes: Vec<(&String, &u64)> = t.outcomes.iter().collect();
+        outcomes.sort();
+        let outcomes: Vec<String> = outcomes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "{}: {} of {} permits, {} running; outcomes: {}",
+            t.name,
+            t.in_use,
+            t.max_concurrent,
+            t.in_flight,
+            if outcomes.is_empty() { "none yet".to_owned() } else { outcomes.join(" ") }
+        );
+        println!("  serves: {}", t.activity_types.join(", "));
+    }
+    ExitCode::SUCCESS
+}
+
+pub async fn invoke(args: InvokeArgs) -> ExitCode {
+    let request = proto::RunRequest {
+        tenant: args.conn.tenant(),
+        activity_type: args.activity_type.clone(),
+        args_json: args.args.clone(),
+    };
+    let response = call!(args.conn, run, request);
+    match response.outcome {
+        Some(run_response::Outcome::ResultJson(result)) => {
+            println!("{result}");
+            ExitCode::SUCCESS
+        }
+        Some(run_response::Outcome::Failure(f)) => {
+            let details: Value = serde_json::from_str(&f.details_json).unwrap_or(Value::Null);
+            if args.conn.json {
+                println!(
+                    "{}",
+                    json!({"class": f.class, "kind": f.kind, "retryable": f.retryable, "message": f.message, "details": details})
+                );
+            } else {
+                let retry = if f.retryable { "retryable" } else { "non-retryable" };
+                eprintln!("activity failed: {} ({}, {retry}): {}", f.class, f.kind, f.message);
+                if !details.is_null() {
+                    eprintln!("details: {details}");
+                }
+            }
+            ExitCode::from(1)
+        }
+        None => usage_error("the host answered without an outcome"),
+    }
+}
+
+pub fn token(args: TokenArgs) -> ExitCode {
+    let (token, hash) = match generate_token() {
+        Ok(pair) => pair,
+        Err(e) => return usage_error(format!("no randomness available: {e}")),
+    };
+    if args.json {
+        println!("{}", json!({"token": token, "sha256": hash}));
+    } else {
+        println!("token:  {token}");
+        println!("sha256: {hash}");
+        eprintln!("Give the token to its user (CORRAL_TOKEN); put only the sha256 in corral.toml.");
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_activity_types(c: &proto::Component) {
+    for a in &c.activity_types {
+        println!("  {}{}", a.name, a.signature);
+    }
+}
+
+fn sorted(m: &std::collections::HashMap<String, String>) -> std::collections::BTreeMap<&String, &String> {
+    m.iter().collect()
+}
+
+fn component_json(c: &proto::Component) -> Value {
+    json!({
+        "tenant": c.tenant,
+        "name": c.name,
+        "digest": c.digest,
+        "size": c.size,
+        "uploaded_at_ms": c.uploaded_at_ms,
+        "active": c.active,
+        "activity_types": c.activity_types.iter().map(|a| json!({"name": a.name, "signature": a.signature})).collect::<Vec<_>>(),
+        "imports": c.imports,
+        "aliases": sorted(&c.aliases),
+        "labels": sorted(&c.labels),
+        "unsupported": c.unsupported,
+    })
+}
+
+/// `2026-11-29 18:00:00 UTC` from milliseconds since the epoch.
+fn time_text(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_printed_as_utc_dates() {
+        assert_eq!(time_text(0), "1970-01-01 00:00:00");
+        assert_eq!(time_text(1_795_975_200_000), "2026-11-29 18:00:00");
+        assert_eq!(time_text(951_782_400_000), "2000-02-29 00:00:00");
+    }
+}

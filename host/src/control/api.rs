@@ -1,0 +1,325 @@
+//! The admin API (`corral.v1.Admin`) over the catalog, the session's
+//! counters and the permits.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio_stream::StreamExt as _;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::auth::{Auth, Principal};
+use super::catalog::{Catalog, ControlError, NewVersion, VersionView};
+use super::proto::{self, admin_server::Admin, run_response, upload_request};
+use crate::metrics::COMPLETED;
+use crate::sandbox::{Failure, Task, format_bytes};
+use crate::session::{Permits, Session};
+
+pub struct AdminService {
+    pub catalog: Arc<Catalog>,
+    pub auth: Auth,
+    pub session: Arc<Session>,
+    pub permits: Permits,
+    /// The largest component an upload may carry.
+    pub max_upload: u64,
+}
+
+impl AdminService {
+    fn tenant<T>(&self, request: &Request<T>, requested: &str) -> Result<String, Status> {
+        let principal = self.auth.principal(request.metadata())?;
+        self.auth.tenant(&principal, requested)
+    }
+
+    fn principal<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
+        self.auth.principal(request.metadata())
+    }
+
+    /// Reads a whole upload stream, checking the header and the size.
+    async fn receive(
+        &self,
+        stream: &mut Streaming<proto::UploadRequest>,
+    ) -> Result<(proto::UploadHeader, Vec<u8>), Status> {
+        let header = match stream.next().await {
+            Some(Ok(proto::UploadRequest {
+                part: Some(upload_request::Part::Header(header)),
+            })) => header,
+            Some(Ok(_)) => {
+                return Err(Status::invalid_argument(
+                    "an upload starts with its header, then the bytes",
+                ));
+            }
+            Some(Err(e)) => return Err(cut_off(0, 0, &e)),
+            None => return Err(Status::invalid_argument("the upload is empty")),
+        };
+        if header.size == 0 {
+            return Err(Status::invalid_argument(
+                "the header's size (the component's length in bytes) is required",
+            ));
+        }
+        if header.size > self.max_upload {
+            return Err(too_large(header.size, self.max_upload));
+        }
+        let expected = header.size;
+        let mut bytes = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
+        while let Some(message) = stream.next().await {
+            match message {
+                Ok(proto::UploadRequest {
+                    part: Some(upload_request::Part::Chunk(chunk)),
+                }) => {
+                    bytes.extend_from_slice(&chunk);
+                    if bytes.len() as u64 > expected {
+                        return Err(Status::invalid_argument(format!(
+                            "the upload carries more than the {expected} bytes its header announced"
+                        )));
+                    }
+                }
+                Ok(_) => return Err(Status::invalid_argument("an upload has one header")),
+                Err(e) => return Err(cut_off(bytes.len() as u64, expected, &e)),
+            }
+        }
+        if (bytes.len() as u64) < expected {
+            return Err(Status::invalid_argument(format!(
+                "the upload was cut off: {} of {expected} bytes arrived; nothing was stored",
+                bytes.len()
+            )));
+        }
+        Ok((header, bytes))
+    }
+}
+
+fn cut_off(received: u64, expected: u64, e: &Status) -> Status {
+    Status::aborted(format!(
+        "the upload stream broke after {received} of {expected} bytes ({}); nothing was stored",
+        e.message()
+    ))
+}
+
+fn too_large(size: u64, max: u64) -> Status {
+    Status::resource_exhausted(format!(
+        "the component is {} but this host accepts at most {} (host.max_upload)",
+        format_bytes(size),
+        format_bytes(max)
+    ))
+}
+
+fn status(e: ControlError) -> Status {
+    match e {
+        ControlError::InvalidArgument(m) => Status::invalid_argument(m),
+        ControlError::NotFound(m) => Status::not_found(m),
+        ControlError::FailedPrecondition(m) => Status::failed_precondition(m),
+        ControlError::Internal(m) => Status::internal(m),
+    }
+}
+
+/// A version as the API shows it.
+pub fn to_proto(view: &VersionView) -> proto::Component {
+    let (activity_types, imports, unsupported) = match &view.component {
+        Some(c) => (
+            c.activities
+                .iter()
+                .map(|a| proto::ActivityType {
+                    name: a.name.clone(),
+                    signature: a.signature(),
+                })
+                .collect(),
+            c.imports.clone(),
+            c.unsupported
+                .iter()
+                .map(|u| format!("{}: {}", u.name, u.reason))
+                .collect(),
+        ),
+        None => (Vec::new(), Vec::new(), Vec::new()),
+    };
+    let v = &view.version;
+    proto::Component {
+        tenant: view.tenant.clone(),
+        name: v.name.clone(),
+        digest: v.digest.clone(),
+        size: v.size,
+        uploaded_at_ms: v.uploaded_at_ms,
+        active: view.active,
+        activity_types,
+        imports,
+        aliases: v.aliases.clone().into_iter().collect(),
+        labels: v.labels.clone().into_iter().collect(),
+        unsupported,
+    }
+}
+
+fn failure_to_proto(f: &Failure) -> proto::Failure {
+    proto::Failure {
+        class: f.class.as_str().to_owned(),
+        kind: f.kind.clone(),
+        message: f.message.clone(),
+        retryable: f.retryable,
+        details_json: f.details.as_ref().map(Value::to_string).unwrap_or_default(),
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn upload(
+        &self,
+        request: Request<Streaming<proto::UploadRequest>>,
+    ) -> Result<Response<proto::UploadResponse>, Status> {
+        let principal = self.principal(&request)?;
+        let mut stream = request.into_inner();
+        let (header, bytes) = self.receive(&mut stream).await?;
+        let tenant = self.auth.tenant(&principal, &header.tenant)?;
+        let new = NewVersion {
+            name: header.name,
+            aliases: header.aliases.into_iter().collect(),
+            labels: header.labels.into_iter().collect(),
+            inactive: header.inactive,
+        };
+        match self.catalog.upload(&tenant, new, bytes).await {
+            Ok((view, already_stored)) => {
+                self.session.metrics.upload(&tenant, true);
+                Ok(Response::new(proto::UploadResponse {
+                    component: Some(to_proto(&view)),
+                    already_stored,
+                }))
+            }
+            Err(e) => {
+                self.session.metrics.upload(&tenant, false);
+                tracing::info!(tenant, "upload rejected: {e}");
+                Err(status(e))
+            }
+        }
+    }
+
+    async fn list(
+        &self,
+        request: Request<proto::ListRequest>,
+    ) -> Result<Response<proto::ListResponse>, Status> {
+        let tenant = self.tenant(&request, &request.get_ref().tenant)?;
+        let views = self.catalog.list(&tenant).await.map_err(status)?;
+        Ok(Response::new(proto::ListResponse {
+            components: views.iter().map(to_proto).collect(),
+        }))
+    }
+
+    async fn describe(
+        &self,
+        request: Request<proto::DescribeRequest>,
+    ) -> Result<Response<proto::Component>, Status> {
+        let tenant = self.tenant(&request, &request.get_ref().tenant)?;
+        let view = self
+            .catalog
+            .describe(&tenant, &request.get_ref().digest)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(to_proto(&view)))
+    }
+
+    async fn remove(
+        &self,
+        request: Request<proto::RemoveRequest>,
+    ) -> Result<Response<proto::Component>, Status> {
+        let tenant = self.tenant(&request, &request.get_ref().tenant)?;
+        let r = request.get_ref();
+        let view = self
+            .catalog
+            .remove(&tenant, &r.digest, r.force)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(to_proto(&view)))
+    }
+
+    async fn activate(
+        &self,
+        request: Request<proto::ActivateRequest>,
+    ) -> Result<Response<proto::ActivateResponse>, Status> {
+        let tenant = self.tenant(&request, &request.get_ref().tenant)?;
+        let (view, previous) = self
+            .catalog
+            .activate(&tenant, &request.get_ref().digest)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(proto::ActivateResponse {
+            component: Some(to_proto(&view)),
+            previous_digest: previous.unwrap_or_default(),
+        }))
+    }
+
+    async fn status(
+        &self,
+        request: Request<proto::StatusRequest>,
+    ) -> Result<Response<proto::StatusResponse>, Status> {
+        let principal = self.principal(&request)?;
+        let tenants = self.auth.scope(&principal, &request.get_ref().tenant)?;
+        let host = self.permits.host_usage();
+        let metrics = &self.session.metrics;
+        let tenants = tenants
+            .into_iter()
+            .map(|name| {
+                let usage = self.permits.tenant_usage(&name);
+                proto::TenantStatus {
+                    max_concurrent: usage.map_or(0, |u| saturate(u.limit)),
+                    in_use: usage.map_or(0, |u| saturate(u.in_use)),
+                    in_flight: u32::try_from(metrics.in_flight(&name)).unwrap_or(u32::MAX),
+                    outcomes: metrics.outcomes(&name).into_iter().collect(),
+                    activity_types: self.catalog.registry().activity_types(&name),
+                    name,
+                }
+            })
+            .collect();
+        Ok(Response::new(proto::StatusResponse {
+            host_max_concurrent: saturate(host.limit),
+            host_in_use: saturate(host.in_use),
+            tenants,
+        }))
+    }
+
+    async fn run(
+        &self,
+        request: Request<proto::RunRequest>,
+    ) -> Result<Response<proto::RunResponse>, Status> {
+        let tenant = self.tenant(&request, &request.get_ref().tenant)?;
+        let r = request.into_inner();
+        let registry = self.catalog.registry();
+        let Some(route) = registry.route(&tenant, &r.activity_type) else {
+            return Err(Status::not_found(format!(
+                "tenant `{tenant}` serves no activity type `{}` (it serves: {})",
+                r.activity_type,
+                registry.activity_types(&tenant).join(", ")
+            )));
+        };
+        let mut args = Vec::with_capacity(r.args_json.len());
+        for (i, text) in r.args_json.iter().enumerate() {
+            let value: Value = serde_json::from_str(text).map_err(|e| {
+                Status::invalid_argument(format!("argument {}: not JSON: {e}", i + 1))
+            })?;
+            args.push(value);
+        }
+        let Some(_permit) = self.permits.try_acquire(&tenant) else {
+            return Err(Status::resource_exhausted(format!(
+                "tenant `{tenant}` (or the host) is at its concurrency limit; try again"
+            )));
+        };
+        let metrics = &self.session.metrics;
+        let started = std::time::Instant::now();
+        metrics.task_started(&tenant);
+        let task = Task::new(route.activity.clone(), args);
+        let outcome = self
+            .session
+            .sandbox
+            .execute(&route.component, &route.tenant, task)
+            .await;
+        let label = match &outcome {
+            Ok(_) => COMPLETED,
+            Err(f) => f.class.as_str(),
+        };
+        metrics.task_finished(&tenant, &route.activity, label, started.elapsed());
+        let outcome = match outcome {
+            Ok(value) => run_response::Outcome::ResultJson(value.to_string()),
+            Err(f) => run_response::Outcome::Failure(failure_to_proto(&f)),
+        };
+        Ok(Response::new(proto::RunResponse {
+            outcome: Some(outcome),
+        }))
+    }
+}
+
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}

@@ -1,0 +1,529 @@
+//! The catalog: every tenant's stored versions, which are active, and the
+//! live registry that routes tasks to them. Every change (upload, activate,
+//! remove) is checked in full — the component loads, the tenant's routes
+//! stay unambiguous, the aliases resolve — then written to disk, and only
+//! then swapped into the registry, so a rejected change leaves everything as
+//! it was.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+
+use super::store::{Index, Store, TenantIndex, Version};
+use crate::metrics::Metrics;
+use crate::sandbox::{LoadError, LoadedComponent, Sandbox, Tenant};
+use crate::session::Registry;
+
+/// Why a change was refused; the API maps each kind to a gRPC status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlError {
+    InvalidArgument(String),
+    NotFound(String),
+    FailedPrecondition(String),
+    Internal(String),
+}
+
+impl std::fmt::Display for ControlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ControlError::InvalidArgument(m)
+            | ControlError::NotFound(m)
+            | ControlError::FailedPrecondition(m)
+            | ControlError::Internal(m) => f.write_str(m),
+        }
+    }
+}
+
+/// A tenant as configured: its policy and its configuration-wide aliases.
+#[derive(Debug, Clone)]
+pub struct TenantSpec {
+    pub tenant: Tenant,
+    pub aliases: Vec<(String, String)>,
+}
+
+/// What an upload asks for.
+#[derive(Debug, Clone, Default)]
+pub struct NewVersion {
+    pub name: String,
+    pub aliases: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    /// Store without activating.
+    pub inactive: bool,
+}
+
+/// A stored version as the API shows it.
+#[derive(Debug, Clone)]
+pub struct VersionView {
+    pub tenant: String,
+    pub version: Version,
+    pub active: bool,
+    /// Loaded when it is active or was described; `None` otherwise.
+    pub component: Option<Arc<LoadedComponent>>,
+}
+
+struct State {
+    index: Index,
+    /// Loaded components by digest.
+    loaded: HashMap<String, Arc<LoadedComponent>>,
+}
+
+pub struct Catalog {
+    sandbox: Arc<Sandbox>,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+    store: Store,
+    tenants: BTreeMap<String, TenantSpec>,
+    /// One change at a time; held across validation and the disk write.
+    state: tokio::sync::Mutex<State>,
+}
+
+impl Catalog {
+    /// Loads every tenant's active versions from the store; [`Catalog::seed`]
+    /// then adds the configured components and routes each tenant. A stored version that no longer loads (its bytes are gone or this
+    /// host cannot run it) is an error: the host must serve exactly what
+    /// was active, or say why not.
+    pub fn open(
+        sandbox: Arc<Sandbox>,
+        registry: Arc<Registry>,
+        metrics: Arc<Metrics>,
+        store: Store,
+        index: Index,
+        tenants: Vec<TenantSpec>,
+    ) -> Result<Catalog, String> {
+        let tenants: BTreeMap<String, TenantSpec> = tenants
+            .into_iter()
+            .map(|t| (t.tenant.name.clone(), t))
+            .collect();
+        for name in index.tenants.keys() {
+            if !tenants.contains_key(name) {
+                tracing::warn!(
+                    "the data directory holds components of tenant `{name}`, which is not configured; they are kept, not served"
+                );
+            }
+        }
+        let catalog = Catalog {
+            sandbox,
+            registry,
+            metrics,
+            store,
+            tenants,
+            state: tokio::sync::Mutex::new(State {
+                index,
+                loaded: HashMap::new(),
+            }),
+        };
+        {
+            let mut state = catalog
+                .state
+                .try_lock()
+                .map_err(|_| "catalog busy while opening".to_owned())?;
+            for name in catalog.tenants.keys() {
+                let tenant_index = state.index.tenants.get(name).cloned().unwrap_or_default();
+                catalog
+                    .active_components(&mut state, name, &tenant_index)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(catalog)
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    pub fn tenant_names(&self) -> impl Iterator<Item = &str> {
+        self.tenants.keys().map(String::as_str)
+    }
+
+    fn spec(&self, tenant: &str) -> Result<&TenantSpec, ControlError> {
+        self.tenants
+            .get(tenant)
+            .ok_or_else(|| ControlError::NotFound(format!("no tenant `{tenant}` is configured")))
+    }
+
+    /// Adds the components named in the configuration and routes the
+    /// tenant. A configured file is activated unless its deployment (the
+    /// file's stem) runs a version deployed through the API, which wins over
+    /// the file; a changed file replaces the version the file seeded before.
+    pub async fn seed(&self, tenant: &str, paths: &[PathBuf]) -> Result<(), String> {
+        let spec = self.spec(tenant).map_err(|e| e.to_string())?;
+        let mut state = self.state.lock().await;
+        let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
+        for path in paths {
+            let fail = |e: &dyn std::fmt::Display| {
+                format!("tenant `{tenant}`: cannot load `{}`: {e}", path.display())
+            };
+            let bytes = std::fs::read(path).map_err(|e| fail(&e))?;
+            let name = path
+                .file_stem()
+                .map_or_else(|| "component".to_owned(), |s| s.to_string_lossy().into_owned());
+            let size = bytes.len() as u64;
+            let component = self.load(spec, bytes.clone()).await.map_err(|e| fail(&e))?;
+            let digest = component.digest.clone();
+            tracing::info!(tenant, digest = %digest, from_cache = component.from_cache, "loaded {}", path.display());
+            let active = tenant_index
+                .active
+                .get(&name)
+                .and_then(|d| tenant_index.versions.iter().find(|v| v.digest == *d));
+            match active {
+                Some(v) if v.digest == digest => {}
+                Some(v) if !v.from_config => {
+                    tracing::info!(
+                        tenant,
+                        "`{}` is not served: deployment `{name}` runs {} (deployed through the API)",
+                        path.display(),
+                        v.digest
+                    );
+                    continue;
+                }
+                _ => {}
+            }
+            if !tenant_index.versions.iter().any(|v| v.digest == digest) {
+                self.store.put_bytes(&digest, &bytes).map_err(|e| fail(&e))?;
+                tenant_index.versions.push(Version {
+                    name: name.clone(),
+                    digest: digest.clone(),
+                    size,
+                    uploaded_at_ms: now_ms(),
+                    aliases: BTreeMap::new(),
+                    labels: BTreeMap::new(),
+                    from_config: true,
+                });
+            }
+            tenant_index.active.insert(name, digest.clone());
+            state.loaded.insert(digest, component);
+        }
+        self.commit(&mut state, spec, tenant_index)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Validates, compiles, stores and (unless asked not to) activates a
+    /// component. Returns the version and whether it was already stored.
+    pub async fn upload(
+        &self,
+        tenant: &str,
+        new: NewVersion,
+        bytes: Vec<u8>,
+    ) -> Result<(VersionView, bool), ControlError> {
+        let spec = self.spec(tenant)?;
+        if new.name.is_empty()
+            || !new
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(ControlError::InvalidArgument(format!(
+                "deployment name `{}` must be non-empty letters, digits, `-`, `_` or `.`",
+                new.name
+            )));
+        }
+        let size = bytes.len() as u64;
+        let component = self.load(spec, bytes.clone()).await?;
+        let digest = component.digest.clone();
+        let mut state = self.state.lock().await;
+        let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
+        let existing = tenant_index
+            .versions
+            .iter()
+            .find(|v| v.digest == digest)
+            .cloned();
+        let already_stored = existing.is_some();
+        let version = match existing {
+            Some(v) if v.name != new.name => {
+                return Err(ControlError::InvalidArgument(format!(
+                    "these bytes are already stored as {digest} of deployment `{}`, not `{}`",
+                    v.name, new.name
+                )));
+            }
+            Some(v) => v,
+            None => {
+                let version = Version {
+                    name: new.name.clone(),
+                    digest: digest.clone(),
+                    size,
+                    uploaded_at_ms: now_ms(),
+                    aliases: new.aliases.clone(),
+                    labels: new.labels.clone(),
+                    from_config: false,
+                };
+                tenant_index.versions.push(version.clone());
+                version
+            }
+        };
+        if !new.inactive {
+            tenant_index
+                .active
+                .insert(version.name.clone(), digest.clone());
+        }
+        state.loaded.insert(digest.clone(), component.clone());
+        let stored = self
+            .store
+            .put_bytes(&digest, &bytes)
+            .map_err(|e| ControlError::Internal(format!("storing the component: {e}")));
+        if let Err(e) = match stored {
+            Ok(()) => self.commit(&mut state, spec, tenant_index).await,
+            Err(e) => Err(e),
+        } {
+            // A rejected upload stores nothing.
+            if !already_stored {
+                self.store.forget_bytes(&digest, &state.index);
+                state.loaded.remove(&digest);
+            }
+            return Err(e);
+        }
+        if !new.inactive {
+            self.metrics.activation(tenant);
+        }
+        tracing::info!(tenant, digest = %digest, deployment = %version.name, active = !new.inactive, "stored");
+        let active = !new.inactive;
+        Ok((
+            VersionView {
+                tenant: tenant.to_owned(),
+                version,
+                active,
+                component: Some(component),
+            },
+            already_stored,
+        ))
+    }
+
+    /// Makes a stored version the active one of its deployment.
+    pub async fn activate(
+        &self,
+        tenant: &str,
+        digest: &str,
+    ) -> Result<(VersionView, Option<String>), ControlError> {
+        let spec = self.spec(tenant)?;
+        let mut state = self.state.lock().await;
+        let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
+        let version = tenant_index
+            .find(digest)
+            .map_err(ControlError::NotFound)?
+            .clone();
+        let previous = tenant_index
+            .active
+            .insert(version.name.clone(), version.digest.clone())
+            .filter(|p| *p != version.digest);
+        self.commit(&mut state, spec, tenant_index).await?;
+        self.metrics.activation(tenant);
+        tracing::info!(tenant, digest = %version.digest, deployment = %version.name, previous = ?previous, "activated");
+        let component = state.loaded.get(&version.digest).cloned();
+        Ok((
+            VersionView {
+                tenant: tenant.to_owned(),
+                version,
+                active: true,
+                component,
+            },
+            previous,
+        ))
+    }
+
+    /// Deletes a stored version; the active one only with `force`, which
+    /// stops serving its deployment.
+    pub async fn remove(
+        &self,
+        tenant: &str,
+        digest: &str,
+        force: bool,
+    ) -> Result<VersionView, ControlError> {
+        let spec = self.spec(tenant)?;
+        let mut state = self.state.lock().await;
+        let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
+        let version = tenant_index
+            .find(digest)
+            .map_err(ControlError::NotFound)?
+            .clone();
+        let active = tenant_index.is_active(&version);
+        if active && !force {
+            return Err(ControlError::FailedPrecondition(format!(
+                "{} is the active version of `{}`: activate another version first, or force the removal to stop serving it",
+                version.digest, version.name
+            )));
+        }
+        if active {
+            tenant_index.active.remove(&version.name);
+        }
+        tenant_index.versions.retain(|v| v.digest != version.digest);
+        self.commit(&mut state, spec, tenant_index).await?;
+        self.store.forget_bytes(&version.digest, &state.index);
+        state.loaded.remove(&version.digest);
+        tracing::info!(tenant, digest = %version.digest, deployment = %version.name, "removed");
+        Ok(VersionView {
+            tenant: tenant.to_owned(),
+            version,
+            active,
+            component: None,
+        })
+    }
+
+    /// Every stored version of a tenant, newest first.
+    pub async fn list(&self, tenant: &str) -> Result<Vec<VersionView>, ControlError> {
+        self.spec(tenant)?;
+        let state = self.state.lock().await;
+        let tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
+        let mut views: Vec<VersionView> = tenant_index
+            .versions
+            .iter()
+            .map(|v| VersionView {
+                tenant: tenant.to_owned(),
+                version: v.clone(),
+                active: tenant_index.is_active(v),
+                component: state.loaded.get(&v.digest).cloned(),
+            })
+            .collect();
+        views.sort_by(|a, b| b.version.uploaded_at_ms.cmp(&a.version.uploaded_at_ms));
+        Ok(views)
+    }
+
+    /// One stored version, loaded so its signatures can be shown.
+    pub async fn describe(&self, tenant: &str, digest: &str) -> Result<VersionView, ControlError> {
+        let spec = self.spec(tenant)?;
+        let mut state = self.state.lock().await;
+        let tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
+        let version = tenant_index
+            .find(digest)
+            .map_err(ControlError::NotFound)?
+            .clone();
+        let component = self.loaded(&mut state, spec, &version.digest).await?;
+        Ok(VersionView {
+            tenant: tenant.to_owned(),
+            active: tenant_index.is_active(&version),
+            version,
+            component: Some(component),
+        })
+    }
+
+    /// Checks the tenant's new index in full, writes it, then routes it.
+    async fn commit(
+        &self,
+        state: &mut State,
+        spec: &TenantSpec,
+        tenant_index: TenantIndex,
+    ) -> Result<(), ControlError> {
+        let name = &spec.tenant.name;
+        let mut components = Vec::new();
+        for version in tenant_index.active_versions() {
+            components.push(self.loaded(state, spec, &version.digest).await?);
+        }
+        let aliases = aliases(spec, &tenant_index);
+        Registry::check(&spec.tenant, &components, &aliases)
+            .map_err(ControlError::FailedPrecondition)?;
+        let mut index = state.index.clone();
+        if tenant_index == TenantIndex::default() {
+            index.tenants.remove(name);
+        } else {
+            index.tenants.insert(name.clone(), tenant_index);
+        }
+        self.store
+            .save(&index)
+            .map_err(|e| ControlError::Internal(format!("writing the index: {e}")))?;
+        state.index = index;
+        self.registry
+            .set_tenant(spec.tenant.clone(), &components, &aliases)
+            .map_err(ControlError::Internal)?;
+        Ok(())
+    }
+
+    /// The loaded component of a stored digest, loading it from disk once.
+    async fn loaded(
+        &self,
+        state: &mut State,
+        spec: &TenantSpec,
+        digest: &str,
+    ) -> Result<Arc<LoadedComponent>, ControlError> {
+        if let Some(c) = state.loaded.get(digest) {
+            return Ok(c.clone());
+        }
+        let bytes = self.store.bytes(digest).map_err(|e| {
+            ControlError::Internal(format!("the stored bytes of {digest} cannot be read: {e}"))
+        })?;
+        let component = self.load(spec, bytes).await?;
+        state.loaded.insert(digest.to_owned(), component.clone());
+        Ok(component)
+    }
+
+    /// Synchronous twin of [`Catalog::loaded`] for start-up.
+    fn active_components(
+        &self,
+        state: &mut State,
+        tenant: &str,
+        tenant_index: &TenantIndex,
+    ) -> Result<Vec<Arc<LoadedComponent>>, ControlError> {
+        let mut components = Vec::new();
+        for version in tenant_index.active_versions() {
+            let bytes = self.store.bytes(&version.digest).map_err(|e| {
+                ControlError::Internal(format!(
+                    "tenant `{tenant}`: the stored bytes of active version {} cannot be read: {e}",
+                    version.digest
+                ))
+            })?;
+            let component = self.sandbox.load(&bytes).map_err(|e| {
+                ControlError::Internal(format!(
+                    "tenant `{tenant}`: active version {} no longer loads: {e}",
+                    version.digest
+                ))
+            })?;
+            self.metrics.component_loaded(component.from_cache);
+            tracing::info!(tenant, digest = %component.digest, deployment = %version.name, from_cache = component.from_cache, "loaded");
+            state
+                .loaded
+                .insert(version.digest.clone(), component.clone());
+            components.push(component);
+        }
+        Ok(components)
+    }
+
+    /// Validates and compiles on a blocking thread (compiling takes seconds).
+    async fn load(
+        &self,
+        spec: &TenantSpec,
+        bytes: Vec<u8>,
+    ) -> Result<Arc<LoadedComponent>, ControlError> {
+        let sandbox = self.sandbox.clone();
+        let loaded = tokio::task::spawn_blocking(move || sandbox.load(&bytes))
+            .await
+            .map_err(|e| ControlError::Internal(format!("compiling failed: {e}")))?;
+        match loaded {
+            Ok(component) => {
+                self.metrics.component_loaded(component.from_cache);
+                Ok(component)
+            }
+            Err(LoadError::UnsatisfiedImports(names)) => Err(ControlError::InvalidArgument(
+                format!(
+                    "the component imports what tenant `{}` is not granted (or this host does not provide): {}",
+                    spec.tenant.name,
+                    names
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+            Err(e) => Err(ControlError::InvalidArgument(e.to_string())),
+        }
+    }
+}
+
+/// The configuration's aliases, then each active version's own.
+fn aliases(spec: &TenantSpec, tenant_index: &TenantIndex) -> Vec<(String, String)> {
+    let mut all = spec.aliases.clone();
+    for version in tenant_index.active_versions() {
+        all.extend(version.aliases.iter().map(|(a, t)| (a.clone(), t.clone())));
+    }
+    all
+}
+
+pub fn digest_of(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,20 @@
+//! The control plane: the admin API (`proto/corral/v1`), the persistent
+//! component store, tenants' tokens, and metrics.
+
+/// The generated `corral.v1` types, client and server.
+pub mod proto {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    tonic::include_proto!("corral.v1");
+}
+
+pub mod api;
+pub mod auth;
+pub mod catalog;
+pub mod server;
+pub mod store;
+
+pub use api::AdminService;
+pub use auth::{Auth, Principal, generate_token};
+pub use catalog::{Catalog, ControlError, NewVersion, TenantSpec, VersionView};
+pub use server::TlsFiles;
+pub use store::Store;

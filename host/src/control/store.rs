@@ -1,0 +1,305 @@
+//! The persistent component store under `[host] data_dir`:
+//!
+//! ```text
+//! data_dir/
+//!   index.json              tenants' versions and which one is active
+//!   components/<hex>.wasm   the uploaded bytes, by SHA-256
+//!   compiled/               precompiled artifacts (the sandbox's cache)
+//! ```
+//!
+//! Every write is atomic (temporary file, fsync, rename, fsync of the
+//! directory), and a component's bytes are written before the index that
+//! names them, so a crash at any point leaves the old state or the new one,
+//! never an index that names missing bytes.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// One stored version of a tenant's deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    /// The deployment it belongs to (e.g. `greeter`).
+    pub name: String,
+    /// `sha256:<hex>`.
+    pub digest: String,
+    pub size: u64,
+    pub uploaded_at_ms: i64,
+    #[serde(default)]
+    pub aliases: BTreeMap<String, String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Seeded from a file named in the configuration, not uploaded.
+    #[serde(default)]
+    pub from_config: bool,
+}
+
+/// One tenant's versions and, per deployment, the active digest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantIndex {
+    #[serde(default)]
+    pub versions: Vec<Version>,
+    #[serde(default)]
+    pub active: BTreeMap<String, String>,
+}
+
+impl TenantIndex {
+    /// The versions serving now.
+    pub fn active_versions(&self) -> Vec<&Version> {
+        self.versions
+            .iter()
+            .filter(|v| self.active.get(&v.name) == Some(&v.digest))
+            .collect()
+    }
+
+    pub fn is_active(&self, version: &Version) -> bool {
+        self.active.get(&version.name) == Some(&version.digest)
+    }
+
+    /// The version whose digest is `digest`, or whose hex starts with it (at
+    /// least 8 digits, and only one match).
+    pub fn find(&self, digest: &str) -> Result<&Version, String> {
+        let hex = digest.trim_start_matches("sha256:");
+        if hex.len() < 8 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(format!(
+                "`{digest}` is not a digest: give `sha256:<hex>` or at least 8 of its hex digits"
+            ));
+        }
+        let hex = hex.to_ascii_lowercase();
+        let matches: Vec<&Version> = self
+            .versions
+            .iter()
+            .filter(|v| v.digest.trim_start_matches("sha256:").starts_with(&hex))
+            .collect();
+        match matches.as_slice() {
+            [one] => Ok(one),
+            [] => Err(format!("no stored version matches `{digest}`")),
+            _ => Err(format!(
+                "`{digest}` matches {} versions: give more digits",
+                matches.len()
+            )),
+        }
+    }
+}
+
+/// Everything the host serves, as persisted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Index {
+    /// The format version of this file.
+    pub format: u32,
+    #[serde(default)]
+    pub tenants: BTreeMap<String, TenantIndex>,
+}
+
+const FORMAT: u32 = 1;
+
+/// Where the index and the bytes live; `None` keeps everything in memory
+/// (a host without `data_dir`, which then has no admin API).
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: Option<PathBuf>,
+}
+
+impl Store {
+    pub fn in_memory() -> Self {
+        Store { dir: None }
+    }
+
+    /// Opens (creating if needed) a data directory and reads its index. A
+    /// corrupt index is an error: the host must not start and silently
+    /// serve nothing.
+    pub fn open(dir: &Path) -> Result<(Store, Index), String> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            format!("data directory `{}`: {what}: {e}", dir.display())
+        };
+        std::fs::create_dir_all(dir.join("components")).map_err(|e| fail("creating it", &e))?;
+        std::fs::create_dir_all(dir.join("compiled")).map_err(|e| fail("creating it", &e))?;
+        remove_leftovers(dir);
+        remove_leftovers(&dir.join("components"));
+        let path = dir.join("index.json");
+        let index = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let index: Index = serde_json::from_slice(&bytes)
+                    .map_err(|e| fail("index.json is unreadable", &e))?;
+                if index.format != FORMAT {
+                    return Err(fail(
+                        "index.json",
+                        &format!(
+                            "format {} is not the format this corral reads ({FORMAT})",
+                            index.format
+                        ),
+                    ));
+                }
+                index
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Index {
+                format: FORMAT,
+                tenants: BTreeMap::new(),
+            },
+            Err(e) => return Err(fail("reading index.json", &e)),
+        };
+        Ok((
+            Store {
+                dir: Some(dir.to_owned()),
+            },
+            index,
+        ))
+    }
+
+    /// Where precompiled artifacts go.
+    pub fn compiled_dir(&self) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.join("compiled"))
+    }
+
+    fn blob_path(&self, digest: &str) -> Option<PathBuf> {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .as_ref()
+            .map(|d| d.join("components").join(format!("{hex}.wasm")))
+    }
+
+    /// Stores a component's bytes under their digest (once).
+    pub fn put_bytes(&self, digest: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let Some(path) = self.blob_path(digest) else {
+            return Ok(());
+        };
+        if path.exists() {
+            return Ok(());
+        }
+        write_atomically(&path, bytes)
+    }
+
+    /// A stored component's bytes.
+    pub fn bytes(&self, digest: &str) -> std::io::Result<Vec<u8>> {
+        match self.blob_path(digest) {
+            Some(path) => std::fs::read(path),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no data directory",
+            )),
+        }
+    }
+
+    /// Deletes a component's bytes once no tenant's version names them.
+    pub fn forget_bytes(&self, digest: &str, index: &Index) {
+        let referenced = index
+            .tenants
+            .values()
+            .any(|t| t.versions.iter().any(|v| v.digest == digest));
+        if referenced {
+            return;
+        }
+        if let Some(path) = self.blob_path(digest)
+            && let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %path.display(), "could not delete a removed component: {e}");
+        }
+    }
+
+    /// Replaces the index on disk.
+    pub fn save(&self, index: &Index) -> std::io::Result<()> {
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        let bytes = serde_json::to_vec_pretty(index).map_err(std::io::Error::other)?;
+        write_atomically(&dir.join("index.json"), &bytes)
+    }
+}
+
+/// A temporary file in the same directory, synced, renamed over `path`,
+/// then the directory synced so the rename itself survives a crash.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut suffix = [0u8; 8];
+    getrandom::fill(&mut suffix).map_err(std::io::Error::other)?;
+    let tmp = dir.join(format!(".tmp-{}", hex::encode(suffix)));
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Temporary files a crash left behind.
+fn remove_leftovers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(".tmp-") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(name: &str, hex: &str) -> Version {
+        Version {
+            name: name.into(),
+            digest: format!("sha256:{hex}"),
+            size: 1,
+            uploaded_at_ms: 0,
+            aliases: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            from_config: false,
+        }
+    }
+
+    #[test]
+    fn the_index_survives_a_reopen_and_leftovers_are_cleaned() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, mut index) = Store::open(dir.path()).unwrap();
+        store.put_bytes("sha256:abcd", b"bytes").unwrap();
+        let mut tenant = TenantIndex::default();
+        tenant.versions.push(version("greeter", "abcd"));
+        tenant.active.insert("greeter".into(), "sha256:abcd".into());
+        index.tenants.insert("acme".into(), tenant);
+        store.save(&index).unwrap();
+        std::fs::write(dir.path().join(".tmp-deadbeef"), b"half").unwrap();
+
+        let (store, reopened) = Store::open(dir.path()).unwrap();
+        assert_eq!(reopened, index);
+        assert_eq!(store.bytes("sha256:abcd").unwrap(), b"bytes");
+        assert!(!dir.path().join(".tmp-deadbeef").exists());
+
+        store.forget_bytes("sha256:abcd", &reopened);
+        assert!(store.bytes("sha256:abcd").is_ok(), "still referenced");
+        store.forget_bytes("sha256:abcd", &Index::default());
+        assert!(store.bytes("sha256:abcd").is_err());
+    }
+
+    #[test]
+    fn a_corrupt_index_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.json"), b"{\"format\": 1, \"ten").unwrap();
+        let e = Store::open(dir.path()).unwrap_err();
+        assert!(e.contains("index.json is unreadable"), "{e}");
+    }
+
+    #[test]
+    fn versions_are_found_by_digest_or_unambiguous_prefix() {
+        let mut t = TenantIndex::default();
+        t.versions.push(version("a", "aaaaaaaa11"));
+        t.versions.push(version("a", "aaaaaaaa22"));
+        assert_eq!(t.find("sha256:aaaaaaaa11").unwrap().digest, "sha256:aaaaaaaa11");
+        assert_eq!(t.find("AAAAAAAA2").unwrap().digest, "sha256:aaaaaaaa22");
+        assert!(t.find("aaaaaaaa").unwrap_err().contains("matches 2 versions"));
+        assert!(t.find("abc").unwrap_err().contains("at least 8"));
+        assert!(t.find("bbbbbbbb").unwrap_err().contains("no stored version"));
+    }
+}

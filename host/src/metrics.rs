@@ -1,0 +1,239 @@
+//! What the host counts: task outcomes by class, durations, in-flight tasks,
+//! uploads, activations and component loads, per tenant and activity type.
+//! Read by the admin API's `Status` and rendered for Prometheus.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the duration histograms' buckets.
+const BUCKETS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0,
+];
+
+/// The outcome label of a task that completed.
+pub const COMPLETED: &str = "Completed";
+
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    /// Cumulative counts, one per bucket of `BUCKETS`.
+    buckets: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        for (bound, count) in BUCKETS.iter().zip(self.buckets.iter_mut()) {
+            if seconds <= *bound {
+                *count += 1;
+            }
+        }
+        self.sum += seconds;
+        self.count += 1;
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    outcomes: BTreeMap<(String, String, String), u64>,
+    durations: BTreeMap<(String, String), Histogram>,
+    instantiate: BTreeMap<String, Histogram>,
+    in_flight: BTreeMap<String, u64>,
+    uploads: BTreeMap<(String, &'static str), u64>,
+    activations: BTreeMap<String, u64>,
+    loads: BTreeMap<&'static str, u64>,
+}
+
+/// Gauges the caller knows and the registry does not (permits).
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    pub host_permits: (usize, usize),
+    /// Tenant → (in use, limit).
+    pub tenant_permits: BTreeMap<String, (usize, usize)>,
+}
+
+/// The host's counters, shared by the session loop and the control plane.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+impl Metrics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn task_started(&self, tenant: &str) {
+        *self.lock().in_flight.entry(tenant.to_owned()).or_default() += 1;
+    }
+
+    /// `outcome` is [`COMPLETED`] or a failure class.
+    pub fn task_finished(&self, tenant: &str, activity_type: &str, outcome: &str, took: Duration) {
+        let mut inner = self.lock();
+        if let Some(n) = inner.in_flight.get_mut(tenant) {
+            *n = n.saturating_sub(1);
+        }
+        *inner
+            .outcomes
+            .entry((tenant.into(), activity_type.into(), outcome.into()))
+            .or_default() += 1;
+        inner
+            .durations
+            .entry((tenant.into(), activity_type.into()))
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+
+    /// How long creating a task's store and instance took.
+    pub fn instantiated(&self, tenant: &str, took: Duration) {
+        self.lock()
+            .instantiate
+            .entry(tenant.to_owned())
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn upload(&self, tenant: &str, accepted: bool) {
+        let result = if accepted { "accepted" } else { "rejected" };
+        *self
+            .lock()
+            .uploads
+            .entry((tenant.to_owned(), result))
+            .or_default() += 1;
+    }
+
+    pub fn activation(&self, tenant: &str) {
+        *self.lock().activations.entry(tenant.to_owned()).or_default() += 1;
+    }
+
+    /// A component was made ready: compiled now, or read precompiled.
+    pub fn component_loaded(&self, from_cache: bool) {
+        let source = if from_cache { "cache" } else { "compiled" };
+        *self.lock().loads.entry(source).or_default() += 1;
+    }
+
+    /// A tenant's finished tasks by outcome.
+    pub fn outcomes(&self, tenant: &str) -> BTreeMap<String, u64> {
+        let mut by_outcome = BTreeMap::new();
+        for ((t, _, outcome), n) in &self.lock().outcomes {
+            if t == tenant {
+                *by_outcome.entry(outcome.clone()).or_default() += n;
+            }
+        }
+        by_outcome
+    }
+
+    /// A tenant's tasks executing now.
+    pub fn in_flight(&self, tenant: &str) -> u64 {
+        self.lock().in_flight.get(tenant).copied().unwrap_or(0)
+    }
+
+    /// The Prometheus text exposition format.
+    pub fn render(&self, gauges: &Gauges) -> String {
+        let inner = self.lock();
+        let mut out = String::new();
+        header(&mut out, "corral_tasks_total", "counter", "Finished tasks by outcome (Completed or a failure class).");
+        for ((tenant, ty, outcome), n) in &inner.outcomes {
+            let _ = writeln!(
+                out,
+                "corral_tasks_total{{tenant=\"{}\",activity_type=\"{}\",outcome=\"{}\"}} {n}",
+                escape(tenant),
+                escape(ty),
+                escape(outcome)
+            );
+        }
+        header(&mut out, "corral_task_duration_seconds", "histogram", "Task durations, from start to outcome.");
+        for ((tenant, ty), h) in &inner.durations {
+            let labels = format!("tenant=\"{}\",activity_type=\"{}\"", escape(tenant), escape(ty));
+            histogram(&mut out, "corral_task_duration_seconds", &labels, h);
+        }
+        header(&mut out, "corral_instantiate_seconds", "histogram", "Time to create a task's store and instance.");
+        for (tenant, h) in &inner.instantiate {
+            let labels = format!("tenant=\"{}\"", escape(tenant));
+            histogram(&mut out, "corral_instantiate_seconds", &labels, h);
+        }
+        header(&mut out, "corral_tasks_in_flight", "gauge", "Tasks executing now.");
+        for (tenant, n) in &inner.in_flight {
+            let _ = writeln!(out, "corral_tasks_in_flight{{tenant=\"{}\"}} {n}", escape(tenant));
+        }
+        header(&mut out, "corral_permits_in_use", "gauge", "Concurrency permits held.");
+        let (host_used, host_limit) = gauges.host_permits;
+        let _ = writeln!(out, "corral_permits_in_use{{scope=\"host\"}} {host_used}");
+        for (tenant, (used, _)) in &gauges.tenant_permits {
+            let _ = writeln!(out, "corral_permits_in_use{{scope=\"tenant\",tenant=\"{}\"}} {used}", escape(tenant));
+        }
+        header(&mut out, "corral_permits_limit", "gauge", "Concurrency limits.");
+        let _ = writeln!(out, "corral_permits_limit{{scope=\"host\"}} {host_limit}");
+        for (tenant, (_, limit)) in &gauges.tenant_permits {
+            let _ = writeln!(out, "corral_permits_limit{{scope=\"tenant\",tenant=\"{}\"}} {limit}", escape(tenant));
+        }
+        header(&mut out, "corral_uploads_total", "counter", "Component uploads by result.");
+        for ((tenant, result), n) in &inner.uploads {
+            let _ = writeln!(out, "corral_uploads_total{{tenant=\"{}\",result=\"{result}\"}} {n}", escape(tenant));
+        }
+        header(&mut out, "corral_activations_total", "counter", "Versions activated (uploads and rollbacks).");
+        for (tenant, n) in &inner.activations {
+            let _ = writeln!(out, "corral_activations_total{{tenant=\"{}\"}} {n}", escape(tenant));
+        }
+        header(&mut out, "corral_component_loads_total", "counter", "Components made ready, compiled or read precompiled.");
+        for (source, n) in &inner.loads {
+            let _ = writeln!(out, "corral_component_loads_total{{source=\"{source}\"}} {n}");
+        }
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
+    for (bound, count) in BUCKETS.iter().zip(h.buckets.iter()) {
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {count}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+}
+
+/// A label value as the exposition format needs it.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', r"\\")
+        .replace('"', "\\\"")
+        .replace('\n', r"\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_are_counted_per_tenant_and_rendered() {
+        let m = Metrics::default();
+        m.task_started("a");
+        m.task_started("a");
+        m.task_finished("a", "x", COMPLETED, Duration::from_millis(2));
+        m.task_finished("a", "x", "Trap", Duration::from_millis(20));
+        m.task_started("b");
+        m.task_finished("b", "y\"z", COMPLETED, Duration::from_secs(2));
+        assert_eq!(m.in_flight("a"), 0);
+        assert_eq!(
+            m.outcomes("a"),
+            BTreeMap::from([(COMPLETED.to_owned(), 1), ("Trap".to_owned(), 1)])
+        );
+        let text = m.render(&Gauges::default());
+        assert!(text.contains(
+            "corral_tasks_total{tenant=\"a\",activity_type=\"x\",outcome=\"Trap\"} 1"
+        ));
+        assert!(text.contains("activity_type=\"y\\\"z\""), "{text}");
+        assert!(text.contains(
+            "corral_task_duration_seconds_bucket{tenant=\"a\",activity_type=\"x\",le=\"0.005\"} 1"
+        ));
+        assert!(text.contains(
+            "corral_task_duration_seconds_bucket{tenant=\"a\",activity_type=\"x\",le=\"+Inf\"} 2"
+        ));
+    }
+}
