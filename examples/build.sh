@@ -16,6 +16,14 @@ for name in greeter progress files misbehave echo; do
   cp -p "$target/wasm32-wasip2/release/$name.wasm" "$dist/$name.wasm.tmp"
   mv "$dist/$name.wasm.tmp" "$dist/$name.wasm"
 done
+# Version 1 of `versioned` is dist/versioned.wasm; version 2 of the same
+# deployment is dist/v2/versioned.wasm (kept apart: both export the same types).
+cp -p "$target/wasm32-wasip2/release/versioned.wasm" "$dist/versioned.wasm.tmp"
+mv "$dist/versioned.wasm.tmp" "$dist/versioned.wasm"
+mkdir -p "$dist/v2"
+cargo build --quiet --release --target wasm32-wasip2 --manifest-path "$here/Cargo.toml" --target-dir "$target" -p versioned --features v2
+cp -p "$target/wasm32-wasip2/release/versioned.wasm" "$dist/v2/versioned.wasm.tmp"
+mv "$dist/v2/versioned.wasm.tmp" "$dist/v2/versioned.wasm"
 
 if [ -z "${CORRAL_SKIP_PYTHON:-}" ]; then
   if ! command -v componentize-py >/dev/null; then

@@ -105,7 +105,11 @@ impl Metrics {
     }
 
     pub fn activation(&self, tenant: &str) {
-        *self.lock().activations.entry(tenant.to_owned()).or_default() += 1;
+        *self
+            .lock()
+            .activations
+            .entry(tenant.to_owned())
+            .or_default() += 1;
     }
 
     /// A component was made ready: compiled now, or read precompiled.
@@ -134,7 +138,12 @@ impl Metrics {
     pub fn render(&self, gauges: &Gauges) -> String {
         let inner = self.lock();
         let mut out = String::new();
-        header(&mut out, "corral_tasks_total", "counter", "Finished tasks by outcome (Completed or a failure class).");
+        header(
+            &mut out,
+            "corral_tasks_total",
+            "counter",
+            "Finished tasks by outcome (Completed or a failure class).",
+        );
         for ((tenant, ty, outcome), n) in &inner.outcomes {
             let _ = writeln!(
                 out,
@@ -144,42 +153,109 @@ impl Metrics {
                 escape(outcome)
             );
         }
-        header(&mut out, "corral_task_duration_seconds", "histogram", "Task durations, from start to outcome.");
+        header(
+            &mut out,
+            "corral_task_duration_seconds",
+            "histogram",
+            "Task durations, from start to outcome.",
+        );
         for ((tenant, ty), h) in &inner.durations {
-            let labels = format!("tenant=\"{}\",activity_type=\"{}\"", escape(tenant), escape(ty));
+            let labels = format!(
+                "tenant=\"{}\",activity_type=\"{}\"",
+                escape(tenant),
+                escape(ty)
+            );
             histogram(&mut out, "corral_task_duration_seconds", &labels, h);
         }
-        header(&mut out, "corral_instantiate_seconds", "histogram", "Time to create a task's store and instance.");
+        header(
+            &mut out,
+            "corral_instantiate_seconds",
+            "histogram",
+            "Time to create a task's store and instance.",
+        );
         for (tenant, h) in &inner.instantiate {
             let labels = format!("tenant=\"{}\"", escape(tenant));
             histogram(&mut out, "corral_instantiate_seconds", &labels, h);
         }
-        header(&mut out, "corral_tasks_in_flight", "gauge", "Tasks executing now.");
+        header(
+            &mut out,
+            "corral_tasks_in_flight",
+            "gauge",
+            "Tasks executing now.",
+        );
         for (tenant, n) in &inner.in_flight {
-            let _ = writeln!(out, "corral_tasks_in_flight{{tenant=\"{}\"}} {n}", escape(tenant));
+            let _ = writeln!(
+                out,
+                "corral_tasks_in_flight{{tenant=\"{}\"}} {n}",
+                escape(tenant)
+            );
         }
-        header(&mut out, "corral_permits_in_use", "gauge", "Concurrency permits held.");
+        header(
+            &mut out,
+            "corral_permits_in_use",
+            "gauge",
+            "Concurrency permits held.",
+        );
         let (host_used, host_limit) = gauges.host_permits;
         let _ = writeln!(out, "corral_permits_in_use{{scope=\"host\"}} {host_used}");
         for (tenant, (used, _)) in &gauges.tenant_permits {
-            let _ = writeln!(out, "corral_permits_in_use{{scope=\"tenant\",tenant=\"{}\"}} {used}", escape(tenant));
+            let _ = writeln!(
+                out,
+                "corral_permits_in_use{{scope=\"tenant\",tenant=\"{}\"}} {used}",
+                escape(tenant)
+            );
         }
-        header(&mut out, "corral_permits_limit", "gauge", "Concurrency limits.");
+        header(
+            &mut out,
+            "corral_permits_limit",
+            "gauge",
+            "Concurrency limits.",
+        );
         let _ = writeln!(out, "corral_permits_limit{{scope=\"host\"}} {host_limit}");
         for (tenant, (_, limit)) in &gauges.tenant_permits {
-            let _ = writeln!(out, "corral_permits_limit{{scope=\"tenant\",tenant=\"{}\"}} {limit}", escape(tenant));
+            let _ = writeln!(
+                out,
+                "corral_permits_limit{{scope=\"tenant\",tenant=\"{}\"}} {limit}",
+                escape(tenant)
+            );
         }
-        header(&mut out, "corral_uploads_total", "counter", "Component uploads by result.");
+        header(
+            &mut out,
+            "corral_uploads_total",
+            "counter",
+            "Component uploads by result.",
+        );
         for ((tenant, result), n) in &inner.uploads {
-            let _ = writeln!(out, "corral_uploads_total{{tenant=\"{}\",result=\"{result}\"}} {n}", escape(tenant));
+            let _ = writeln!(
+                out,
+                "corral_uploads_total{{tenant=\"{}\",result=\"{result}\"}} {n}",
+                escape(tenant)
+            );
         }
-        header(&mut out, "corral_activations_total", "counter", "Versions activated (uploads and rollbacks).");
+        header(
+            &mut out,
+            "corral_activations_total",
+            "counter",
+            "Versions activated (uploads and rollbacks).",
+        );
         for (tenant, n) in &inner.activations {
-            let _ = writeln!(out, "corral_activations_total{{tenant=\"{}\"}} {n}", escape(tenant));
+            let _ = writeln!(
+                out,
+                "corral_activations_total{{tenant=\"{}\"}} {n}",
+                escape(tenant)
+            );
         }
-        header(&mut out, "corral_component_loads_total", "counter", "Components made ready, compiled or read precompiled.");
+        header(
+            &mut out,
+            "corral_component_loads_total",
+            "counter",
+            "Components made ready, compiled or read precompiled.",
+        );
         for (source, n) in &inner.loads {
-            let _ = writeln!(out, "corral_component_loads_total{{source=\"{source}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "corral_component_loads_total{{source=\"{source}\"}} {n}"
+            );
         }
         out
     }
@@ -225,9 +301,11 @@ mod tests {
             BTreeMap::from([(COMPLETED.to_owned(), 1), ("Trap".to_owned(), 1)])
         );
         let text = m.render(&Gauges::default());
-        assert!(text.contains(
-            "corral_tasks_total{tenant=\"a\",activity_type=\"x\",outcome=\"Trap\"} 1"
-        ));
+        assert!(
+            text.contains(
+                "corral_tasks_total{tenant=\"a\",activity_type=\"x\",outcome=\"Trap\"} 1"
+            )
+        );
         assert!(text.contains("activity_type=\"y\\\"z\""), "{text}");
         assert!(text.contains(
             "corral_task_duration_seconds_bucket{tenant=\"a\",activity_type=\"x\",le=\"0.005\"} 1"

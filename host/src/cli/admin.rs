@@ -113,8 +113,8 @@ impl Conn {
         if self.endpoint.starts_with("https://") {
             let mut tls = ClientTlsConfig::new().with_enabled_roots();
             if let Some(ca) = &self.ca_cert {
-                let pem = std::fs::read(ca)
-                    .map_err(|e| format!("--ca-cert `{}`: {e}", ca.display()))?;
+                let pem =
+                    std::fs::read(ca).map_err(|e| format!("--ca-cert `{}`: {e}", ca.display()))?;
                 tls = tls.ca_certificate(Certificate::from_pem(pem));
             }
             endpoint = endpoint
@@ -172,9 +172,10 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
         Err(e) => return usage_error(format!("reading `{}`: {e}", args.file.display())),
     };
     let name = args.name.clone().unwrap_or_else(|| {
-        args.file
-            .file_stem()
-            .map_or_else(|| "component".to_owned(), |s| s.to_string_lossy().into_owned())
+        args.file.file_stem().map_or_else(
+            || "component".to_owned(),
+            |s| s.to_string_lossy().into_owned(),
+        )
     });
     let header = proto::UploadHeader {
         tenant: args.conn.tenant(),
@@ -199,9 +200,20 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
         value["already_stored"] = json!(response.already_stored);
         println!("{value}");
     } else {
-        let state = if component.active { "active" } else { "stored, inactive" };
-        let again = if response.already_stored { " (already stored)" } else { "" };
-        println!("{} {} of `{}`: {state}{again}", component.tenant, component.digest, component.name);
+        let state = if component.active {
+            "active"
+        } else {
+            "stored, inactive"
+        };
+        let again = if response.already_stored {
+            " (already stored)"
+        } else {
+            ""
+        };
+        println!(
+            "{} {} of `{}`: {state}{again}",
+            component.tenant, component.digest, component.name
+        );
         print_activity_types(&component);
     }
     ExitCode::SUCCESS
@@ -217,7 +229,10 @@ pub async fn list(args: ConnOnly) -> ExitCode {
         println!("{}", Value::Array(all));
         return ExitCode::SUCCESS;
     }
-    println!("{:<12} {:<20} {:<8} {:>10}  {:<20} DIGEST", "TENANT", "DEPLOYMENT", "ACTIVE", "SIZE", "UPLOADED");
+    println!(
+        "{:<12} {:<20} {:<8} {:>10}  {:<20} DIGEST",
+        "TENANT", "DEPLOYMENT", "ACTIVE", "SIZE", "UPLOADED"
+    );
     for c in &response.components {
         println!(
             "{:<12} {:<20} {:<8} {:>10}  {:<20} {}",
@@ -294,7 +309,10 @@ pub async fn activate(args: DigestArgs) -> ExitCode {
     } else if response.previous_digest.is_empty() {
         println!("{} of `{}` is active", c.digest, c.name);
     } else {
-        println!("{} of `{}` is active (was {})", c.digest, c.name, response.previous_digest);
+        println!(
+            "{} of `{}` is active (was {})",
+            c.digest, c.name, response.previous_digest
+        );
     }
     ExitCode::SUCCESS
 }
@@ -325,7 +343,10 @@ pub async fn status(args: ConnOnly) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    println!("host: {} of {} permits in use", s.host_in_use, s.host_max_concurrent);
+    println!(
+        "host: {} of {} permits in use",
+        s.host_in_use, s.host_max_concurrent
+    );
     for t in &s.tenants {
         let mut outcomes: Vec<(&String, &u64)> = t.outcomes.iter().collect();
         outcomes.sort();
@@ -336,7 +357,11 @@ pub async fn status(args: ConnOnly) -> ExitCode {
             t.in_use,
             t.max_concurrent,
             t.in_flight,
-            if outcomes.is_empty() { "none yet".to_owned() } else { outcomes.join(" ") }
+            if outcomes.is_empty() {
+                "none yet".to_owned()
+            } else {
+                outcomes.join(" ")
+            }
         );
         println!("  serves: {}", t.activity_types.join(", "));
     }
@@ -363,8 +388,15 @@ pub async fn invoke(args: InvokeArgs) -> ExitCode {
                     json!({"class": f.class, "kind": f.kind, "retryable": f.retryable, "message": f.message, "details": details})
                 );
             } else {
-                let retry = if f.retryable { "retryable" } else { "non-retryable" };
-                eprintln!("activity failed: {} ({}, {retry}): {}", f.class, f.kind, f.message);
+                let retry = if f.retryable {
+                    "retryable"
+                } else {
+                    "non-retryable"
+                };
+                eprintln!(
+                    "activity failed: {} ({}, {retry}): {}",
+                    f.class, f.kind, f.message
+                );
                 if !details.is_null() {
                     eprintln!("details: {details}");
                 }
@@ -396,7 +428,9 @@ fn print_activity_types(c: &proto::Component) {
     }
 }
 
-fn sorted(m: &std::collections::HashMap<String, String>) -> std::collections::BTreeMap<&String, &String> {
+fn sorted(
+    m: &std::collections::HashMap<String, String>,
+) -> std::collections::BTreeMap<&String, &String> {
     m.iter().collect()
 }
 

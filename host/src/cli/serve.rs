@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use corral::config::Config;
 use corral::connectors::temporal::TemporalConnector;
 use corral::control::store::Index;
-use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, server};
+use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, api, server};
 use corral::metrics::Metrics;
 use corral::sandbox::{Sandbox, SandboxConfig};
 use corral::session::{Connector, Permits, Registry, Session};
@@ -139,6 +139,7 @@ pub async fn run(
             session: session.clone(),
             permits: permits.clone(),
             max_upload: config.host.max_upload,
+            runs: Arc::new(tokio::sync::Semaphore::new(api::RUN_SLOTS)),
         };
         let tls = config.host.admin_tls.as_ref();
         let (bound, handle) = server::admin(address, tls, service, endpoints.clone()).await?;
@@ -147,9 +148,19 @@ pub async fn run(
         listeners.push(handle);
     }
     if let Some(address) = config.host.metrics_listen {
-        let tenants = config.tenants.iter().map(|t| t.tenant.name.clone()).collect();
-        let (bound, handle) =
-            server::metrics(address, metrics, permits.clone(), tenants, endpoints.clone()).await?;
+        let tenants = config
+            .tenants
+            .iter()
+            .map(|t| t.tenant.name.clone())
+            .collect();
+        let (bound, handle) = server::metrics(
+            address,
+            metrics,
+            permits.clone(),
+            tenants,
+            endpoints.clone(),
+        )
+        .await?;
         eprintln!("corral: metrics on http://{bound}/metrics");
         listeners.push(handle);
     }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
+use tokio::sync::Semaphore;
 use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -21,7 +22,15 @@ pub struct AdminService {
     pub permits: Permits,
     /// The largest component an upload may carry.
     pub max_upload: u64,
+    /// `Run` is a smoke test outside any engine: it does not take engine
+    /// permits (pollers may hold them all while they wait for work), but has
+    /// a small host-wide budget of its own, within the instance pool's
+    /// headroom.
+    pub runs: Arc<Semaphore>,
 }
+
+/// How many `Run` calls may execute at once, host-wide.
+pub const RUN_SLOTS: usize = 4;
 
 impl AdminService {
     fn tenant<T>(&self, request: &Request<T>, requested: &str) -> Result<String, Status> {
@@ -163,28 +172,37 @@ impl Admin for AdminService {
     ) -> Result<Response<proto::UploadResponse>, Status> {
         let principal = self.principal(&request)?;
         let mut stream = request.into_inner();
-        let (header, bytes) = self.receive(&mut stream).await?;
-        let tenant = self.auth.tenant(&principal, &header.tenant)?;
-        let new = NewVersion {
-            name: header.name,
-            aliases: header.aliases.into_iter().collect(),
-            labels: header.labels.into_iter().collect(),
-            inactive: header.inactive,
+        // Every refused upload is counted, under the tenant it was for (or
+        // the caller's, when the header never arrived).
+        let mut tenant = match &principal {
+            Principal::Tenant(own) => own.clone(),
+            Principal::Operator => "<operator>".to_owned(),
         };
-        match self.catalog.upload(&tenant, new, bytes).await {
-            Ok((view, already_stored)) => {
-                self.session.metrics.upload(&tenant, true);
-                Ok(Response::new(proto::UploadResponse {
-                    component: Some(to_proto(&view)),
-                    already_stored,
-                }))
-            }
-            Err(e) => {
-                self.session.metrics.upload(&tenant, false);
-                tracing::info!(tenant, "upload rejected: {e}");
-                Err(status(e))
-            }
+        let result = async {
+            let (header, bytes) = self.receive(&mut stream).await?;
+            tenant = self.auth.tenant(&principal, &header.tenant)?;
+            let new = NewVersion {
+                name: header.name,
+                aliases: header.aliases.into_iter().collect(),
+                labels: header.labels.into_iter().collect(),
+                inactive: header.inactive,
+            };
+            let (view, already_stored) = self
+                .catalog
+                .upload(&tenant, new, bytes)
+                .await
+                .map_err(status)?;
+            Ok::<_, Status>(proto::UploadResponse {
+                component: Some(to_proto(&view)),
+                already_stored,
+            })
         }
+        .await;
+        self.session.metrics.upload(&tenant, result.is_ok());
+        if let Err(e) = &result {
+            tracing::info!(tenant, "upload refused: {}", e.message());
+        }
+        result.map(Response::new)
     }
 
     async fn list(
@@ -291,9 +309,9 @@ impl Admin for AdminService {
             })?;
             args.push(value);
         }
-        let Some(_permit) = self.permits.try_acquire(&tenant) else {
+        let Ok(_slot) = self.runs.clone().try_acquire_owned() else {
             return Err(Status::resource_exhausted(format!(
-                "tenant `{tenant}` (or the host) is at its concurrency limit; try again"
+                "{RUN_SLOTS} smoke-test runs are already running on this host; try again"
             )));
         };
         let metrics = &self.session.metrics;

@@ -35,8 +35,10 @@ impl Auth {
         for (name, hash) in tenants {
             auth.tenants.push(name.to_owned());
             if let Some(hash) = hash {
-                auth.tokens
-                    .insert(hash.to_ascii_lowercase(), Principal::Tenant(name.to_owned()));
+                auth.tokens.insert(
+                    hash.to_ascii_lowercase(),
+                    Principal::Tenant(name.to_owned()),
+                );
             }
         }
         auth
@@ -125,12 +127,21 @@ mod tests {
         let tenant_a = auth.principal(&with_token(&a)).unwrap();
         assert_eq!(tenant_a, Principal::Tenant("a".into()));
         assert_eq!(auth.tenant(&tenant_a, "").unwrap(), "a");
-        assert_eq!(auth.tenant(&tenant_a, "b").unwrap_err().code(), Code::PermissionDenied);
+        assert_eq!(
+            auth.tenant(&tenant_a, "b").unwrap_err().code(),
+            Code::PermissionDenied
+        );
 
         let operator = auth.principal(&with_token(&op)).unwrap();
         assert_eq!(auth.tenant(&operator, "b").unwrap(), "b");
-        assert_eq!(auth.tenant(&operator, "").unwrap_err().code(), Code::InvalidArgument);
-        assert_eq!(auth.tenant(&operator, "zz").unwrap_err().code(), Code::NotFound);
+        assert_eq!(
+            auth.tenant(&operator, "").unwrap_err().code(),
+            Code::InvalidArgument
+        );
+        assert_eq!(
+            auth.tenant(&operator, "zz").unwrap_err().code(),
+            Code::NotFound
+        );
         assert_eq!(auth.scope(&operator, "").unwrap(), ["a", "b"]);
 
         let e = auth.principal(&MetadataMap::new()).unwrap_err();

@@ -157,9 +157,10 @@ impl Catalog {
                 format!("tenant `{tenant}`: cannot load `{}`: {e}", path.display())
             };
             let bytes = std::fs::read(path).map_err(|e| fail(&e))?;
-            let name = path
-                .file_stem()
-                .map_or_else(|| "component".to_owned(), |s| s.to_string_lossy().into_owned());
+            let name = path.file_stem().map_or_else(
+                || "component".to_owned(),
+                |s| s.to_string_lossy().into_owned(),
+            );
             let size = bytes.len() as u64;
             let component = self.load(spec, bytes.clone()).await.map_err(|e| fail(&e))?;
             let digest = component.digest.clone();
@@ -182,7 +183,9 @@ impl Catalog {
                 _ => {}
             }
             if !tenant_index.versions.iter().any(|v| v.digest == digest) {
-                self.store.put_bytes(&digest, &bytes).map_err(|e| fail(&e))?;
+                self.store
+                    .put_bytes(&digest, &bytes)
+                    .map_err(|e| fail(&e))?;
                 tenant_index.versions.push(Version {
                     name: name.clone(),
                     digest: digest.clone(),
@@ -376,7 +379,7 @@ impl Catalog {
                 component: state.loaded.get(&v.digest).cloned(),
             })
             .collect();
-        views.sort_by(|a, b| b.version.uploaded_at_ms.cmp(&a.version.uploaded_at_ms));
+        views.sort_by_key(|v| std::cmp::Reverse(v.version.uploaded_at_ms));
         Ok(views)
     }
 
@@ -493,8 +496,8 @@ impl Catalog {
                 self.metrics.component_loaded(component.from_cache);
                 Ok(component)
             }
-            Err(LoadError::UnsatisfiedImports(names)) => Err(ControlError::InvalidArgument(
-                format!(
+            Err(LoadError::UnsatisfiedImports(names)) => {
+                Err(ControlError::InvalidArgument(format!(
                     "the component imports what tenant `{}` is not granted (or this host does not provide): {}",
                     spec.tenant.name,
                     names
@@ -502,8 +505,8 @@ impl Catalog {
                         .map(|n| format!("`{n}`"))
                         .collect::<Vec<_>>()
                         .join(", ")
-                ),
-            )),
+                )))
+            }
             Err(e) => Err(ControlError::InvalidArgument(e.to_string())),
         }
     }

@@ -39,10 +39,12 @@ pub async fn admin(
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         let read = |p: &PathBuf, key: &str| {
-            std::fs::read(p)
-                .map_err(|e| anyhow::anyhow!("host.admin_tls.{key}: reading `{}`: {e}", p.display()))
+            std::fs::read(p).map_err(|e| {
+                anyhow::anyhow!("host.admin_tls.{key}: reading `{}`: {e}", p.display())
+            })
         };
-        let identity = tonic::transport::Identity::from_pem(read(&tls.cert, "cert")?, read(&tls.key, "key")?);
+        let identity =
+            tonic::transport::Identity::from_pem(read(&tls.cert, "cert")?, read(&tls.key, "key")?);
         builder = builder
             .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
             .map_err(|e| anyhow::anyhow!("host.admin_tls: {e}"))?;
@@ -87,19 +89,24 @@ pub async fn metrics(
             let metrics = metrics.clone();
             let permits = permits.clone();
             let tenants = tenants.clone();
-            let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-                let response = if request.method() == Method::GET && request.uri().path() == "/metrics" {
-                    let gauges = gauges(&permits, &tenants);
-                    Response::builder()
-                        .header("content-type", "text/plain; version=0.0.4")
-                        .body(Full::new(Bytes::from(metrics.render(&gauges))))
-                } else {
-                    Response::builder()
-                        .status(StatusCode::NOT_FOUND)
-                        .body(Full::new(Bytes::from_static(b"corral serves GET /metrics\n")))
-                };
-                async move { Ok::<_, Infallible>(response.unwrap_or_default()) }
-            });
+            let service = hyper::service::service_fn(
+                move |request: hyper::Request<hyper::body::Incoming>| {
+                    let response =
+                        if request.method() == Method::GET && request.uri().path() == "/metrics" {
+                            let gauges = gauges(&permits, &tenants);
+                            Response::builder()
+                                .header("content-type", "text/plain; version=0.0.4")
+                                .body(Full::new(Bytes::from(metrics.render(&gauges))))
+                        } else {
+                            Response::builder()
+                                .status(StatusCode::NOT_FOUND)
+                                .body(Full::new(Bytes::from_static(
+                                    b"corral serves GET /metrics\n",
+                                )))
+                        };
+                    async move { Ok::<_, Infallible>(response.unwrap_or_default()) }
+                },
+            );
             tokio::spawn(async move {
                 let io = hyper_util::rt::TokioIo::new(stream);
                 if let Err(e) = hyper::server::conn::http1::Builder::new()

@@ -296,10 +296,21 @@ mod tests {
         let mut t = TenantIndex::default();
         t.versions.push(version("a", "aaaaaaaa11"));
         t.versions.push(version("a", "aaaaaaaa22"));
-        assert_eq!(t.find("sha256:aaaaaaaa11").unwrap().digest, "sha256:aaaaaaaa11");
+        assert_eq!(
+            t.find("sha256:aaaaaaaa11").unwrap().digest,
+            "sha256:aaaaaaaa11"
+        );
         assert_eq!(t.find("AAAAAAAA2").unwrap().digest, "sha256:aaaaaaaa22");
-        assert!(t.find("aaaaaaaa").unwrap_err().contains("matches 2 versions"));
+        assert!(
+            t.find("aaaaaaaa")
+                .unwrap_err()
+                .contains("matches 2 versions")
+        );
         assert!(t.find("abc").unwrap_err().contains("at least 8"));
-        assert!(t.find("bbbbbbbb").unwrap_err().contains("no stored version"));
+        assert!(
+            t.find("bbbbbbbb")
+                .unwrap_err()
+                .contains("no stored version")
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod activities;
 pub mod processes;
 
 use std::path::PathBuf;

@@ -42,6 +42,7 @@ fn stop(child: &mut Child, grace: Duration) {
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
+        .stderr(Stdio::null())
         .status();
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {

@@ -1,0 +1,134 @@
+//! Driving activities through a real Temporal server with the `temporal`
+//! CLI's Standalone Activities: execute, start, describe, await.
+
+use std::process::Output;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::processes::TemporalServer;
+
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+pub fn text(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+pub fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(output)))
+}
+
+/// The `temporal activity` arguments to run `ty` with one input per
+/// argument.
+pub fn activity_args(
+    id: &str,
+    queue: &str,
+    ty: &str,
+    inputs: &[&str],
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--activity-id",
+        id,
+        "--type",
+        ty,
+        "--task-queue",
+        queue,
+        "-o",
+        "json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if !extra.contains(&"--start-to-close-timeout") {
+        args.extend(["--start-to-close-timeout".into(), "60s".into()]);
+    }
+    for input in inputs {
+        args.extend(["--input".into(), input.to_string()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// `temporal activity execute`: waits for the outcome, returns its JSON
+/// (`status`, `result` or `failure`).
+pub fn execute(
+    server: &TemporalServer,
+    queue: &str,
+    ty: &str,
+    inputs: &[&str],
+    extra: &[&str],
+) -> (String, Value) {
+    let id = unique("act");
+    let mut args = vec!["activity".to_owned(), "execute".to_owned()];
+    args.extend(activity_args(&id, queue, ty, inputs, extra));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = server.cli(&args);
+    (id, json_of(&out))
+}
+
+/// `temporal activity start`: returns at once with the activity id.
+pub fn start(
+    server: &TemporalServer,
+    queue: &str,
+    ty: &str,
+    inputs: &[&str],
+    extra: &[&str],
+) -> String {
+    let id = unique("act");
+    let mut args = vec!["activity".to_owned(), "start".to_owned()];
+    args.extend(activity_args(&id, queue, ty, inputs, extra));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = server.cli(&args);
+    assert!(out.status.success(), "{}", text(&out));
+    id
+}
+
+pub fn describe(server: &TemporalServer, id: &str) -> Value {
+    let out = server.cli(&["activity", "describe", "--activity-id", id, "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    json_of(&out)["info"].clone()
+}
+
+/// Waits for the activity's outcome (`temporal activity result`).
+pub fn outcome(server: &TemporalServer, id: &str) -> Value {
+    json_of(&server.cli(&["activity", "result", "--activity-id", id, "-o", "json"]))
+}
+
+/// Polls `describe` until `done` holds, for at most `patience`.
+pub fn wait_for(
+    server: &TemporalServer,
+    id: &str,
+    patience: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + patience;
+    loop {
+        let info = describe(server, id);
+        if done(&info) || Instant::now() > deadline {
+            return info;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+pub const FAST_RETRY: [&str; 4] = [
+    "--retry-initial-interval",
+    "100ms",
+    "--retry-maximum-interval",
+    "200ms",
+];
