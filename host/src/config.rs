@@ -494,6 +494,41 @@ mod tests {
         assert_eq!(t.components, [PathBuf::from("/etc/corral/greeter.wasm")]);
         assert_eq!(t.aliases["Greet"], "demo:greeter/api.greet");
         assert!(t.tenant.retry.retryable(FailureClass::Trap));
+        assert_eq!(config.host.admin_listen, None);
+        assert_eq!(config.host.max_upload, 64 << 20);
+    }
+
+    #[test]
+    fn the_control_plane_keys_are_read() {
+        let hash = "AB".repeat(32);
+        let text = GOOD
+            .replace(
+                "max_concurrent = 8",
+                &format!(
+                    "admin_listen = \"127.0.0.1:7466\"\ndata_dir = \"data\"\n\
+                     metrics_listen = \"127.0.0.1:9466\"\noperator_token_sha256 = \"{hash}\"\n\
+                     max_upload = \"8MiB\"\nlog_format = \"json\"\n\
+                     admin_tls = {{ cert = \"c.pem\", key = \"k.pem\" }}"
+                ),
+            )
+            .replace(
+                "components = [\"greeter.wasm\"]",
+                &format!("token_sha256 = \"{hash}\""),
+            );
+        let config = Config::parse(&text, Path::new("/etc/corral")).unwrap();
+        let h = &config.host;
+        assert_eq!(h.admin_listen, Some("127.0.0.1:7466".parse().unwrap()));
+        assert_eq!(h.data_dir, Some(PathBuf::from("/etc/corral/data")));
+        assert_eq!(h.metrics_listen, Some("127.0.0.1:9466".parse().unwrap()));
+        assert_eq!(h.operator_token_sha256, Some("ab".repeat(32)));
+        assert_eq!(h.max_upload, 8 << 20);
+        assert!(h.log_json);
+        assert_eq!(
+            h.admin_tls.as_ref().unwrap().key,
+            PathBuf::from("/etc/corral/k.pem")
+        );
+        assert!(config.tenants[0].components.is_empty(), "deployed later");
+        assert_eq!(config.tenants[0].token_sha256, Some("ab".repeat(32)));
     }
 
     #[test]
@@ -527,6 +562,26 @@ mod tests {
                 .contains("host.max_concurrent: must be at least 1")
         );
         assert!(error("").contains("no [[tenant]]"));
+        assert!(
+            error(&GOOD.replace("max_concurrent = 8", "admin_listen = \"127.0.0.1:7466\""))
+                .contains("host.data_dir: required with host.admin_listen")
+        );
+        assert!(
+            error(&GOOD.replace("max_concurrent = 8", "admin_listen = \"localhost\""))
+                .contains("host.admin_listen: `localhost` is not an address")
+        );
+        assert!(
+            error(&GOOD.replace("name = \"acme\"", "name = \"acme\"\ntoken_sha256 = \"abc\""))
+                .contains("tenant[0] (`acme`).token_sha256: `abc` is not a hex SHA-256")
+        );
+        assert!(
+            error(&GOOD.replace("max_concurrent = 8", "log_format = \"xml\""))
+                .contains("host.log_format: `xml` is not text or json")
+        );
+        assert!(
+            error(&GOOD.replace("components = [\"greeter.wasm\"]", ""))
+                .contains("no component to serve (list some, or set host.admin_listen")
+        );
         assert!(
             error(&format!("{GOOD}\n[[tenant]]\nname = \"acme\"\n")).contains("configured twice")
         );

@@ -603,7 +603,9 @@ fn a_flooding_tenant_does_not_starve_another_of_host_slots() {
     // Alpha saturates the host with 10x beta's work queued...
     std::thread::sleep(Duration::from_millis(1500));
     for _ in 0..2 {
-        let out = host.run(1, hold, &["0"]);
+        // Bounded, so a starved tenant fails the test instead of hanging it.
+        let bound = ["--schedule-to-close-timeout", "60s"];
+        let out = execute(&host.server, &host.queues[1], hold, &["0"], &bound).1;
         assert_eq!(out["result"], "v1", "{out}");
     }
     // ...and beta finished while alpha's flood is still queued.

@@ -101,7 +101,7 @@ pub async fn run(
             .map(|t| (t.tenant.name.clone(), t.max_concurrent)),
     );
     let runtime = temporalio_sdk_core::CoreRuntime::new_assume_tokio(Default::default())?;
-    let session = Session::new(sandbox, registry.clone(), metrics.clone());
+    let session = Session::new(sandbox, registry.clone(), metrics.clone(), permits.clone());
     let mut connectors: Vec<Arc<dyn Connector>> = Vec::new();
     for t in &config.tenants {
         let connector = TemporalConnector::connect(

@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use permits::{Permit, Permits, Usage};
+pub use permits::{HostSlot, Permit, Permits, Usage};
 pub use registry::{Registry, Route};
 
 use crate::metrics::Metrics;
@@ -123,15 +123,23 @@ pub struct Session {
     pub sandbox: Arc<Sandbox>,
     pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
+    /// Host slots: a task executes only while it holds one.
+    pub permits: Permits,
     in_flight: Mutex<HashMap<TaskKey, InFlight>>,
 }
 
 impl Session {
-    pub fn new(sandbox: Arc<Sandbox>, registry: Arc<Registry>, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(
+        sandbox: Arc<Sandbox>,
+        registry: Arc<Registry>,
+        metrics: Arc<Metrics>,
+        permits: Permits,
+    ) -> Arc<Self> {
         Arc::new(Session {
             sandbox,
             registry,
             metrics,
+            permits,
             in_flight: Mutex::new(HashMap::new()),
         })
     }

@@ -1,6 +1,11 @@
 //! Admission: a task runs only while it holds a tenant permit and a host
-//! permit. The tenant permit is taken first, so a tenant at its own limit
-//! waits without holding a host slot, and never delays another tenant.
+//! permit. The tenant permit is taken before the engine is asked for work,
+//! so a tenant never accepts more than it may run. The host permit is taken
+//! when the task starts, first come first served across tenants: engines
+//! that long-poll hold their reservations while they wait for work, and an
+//! idle tenant holding host slots that way would starve a busy one. So a
+//! tenant at its limit never delays another, and every tenant below its
+//! limit gets the next free host slot in turn.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,10 +20,16 @@ pub struct Permits {
     tenants: Arc<HashMap<String, (Arc<Semaphore>, usize)>>,
 }
 
-/// Held for as long as a task may run; dropping it frees both slots.
+/// A tenant slot, held from before the engine is asked for a task until
+/// the task is reported.
 #[derive(Debug)]
 pub struct Permit {
     _tenant: OwnedSemaphorePermit,
+}
+
+/// A host slot, held while a task executes.
+#[derive(Debug)]
+pub struct HostSlot {
     _host: OwnedSemaphorePermit,
 }
 
@@ -45,27 +56,25 @@ impl Permits {
         }
     }
 
-    /// Waits for a tenant slot, then a host slot. `None` when the tenant is
-    /// unknown or the permits were closed (shutdown).
+    /// Waits for a tenant slot. `None` when the tenant is unknown or the
+    /// permits were closed (shutdown).
     pub async fn acquire(&self, tenant: &str) -> Option<Permit> {
         let (semaphore, _) = self.tenants.get(tenant)?;
         let tenant = semaphore.clone().acquire_owned().await.ok()?;
-        let host = self.host.clone().acquire_owned().await.ok()?;
-        Some(Permit {
-            _tenant: tenant,
-            _host: host,
-        })
+        Some(Permit { _tenant: tenant })
     }
 
-    /// A permit only if one is free right now.
+    /// A tenant slot only if one is free right now.
     pub fn try_acquire(&self, tenant: &str) -> Option<Permit> {
         let (semaphore, _) = self.tenants.get(tenant)?;
         let tenant = semaphore.clone().try_acquire_owned().ok()?;
-        let host = self.host.clone().try_acquire_owned().ok()?;
-        Some(Permit {
-            _tenant: tenant,
-            _host: host,
-        })
+        Some(Permit { _tenant: tenant })
+    }
+
+    /// Waits for a host slot (in arrival order, whichever the tenant).
+    pub async fn host_slot(&self) -> Option<HostSlot> {
+        let host = self.host.clone().acquire_owned().await.ok()?;
+        Some(HostSlot { _host: host })
     }
 
     /// Host-wide usage.
@@ -91,32 +100,46 @@ mod tests {
     use std::time::Duration;
 
     #[tokio::test]
-    async fn a_tenant_at_its_limit_does_not_hold_host_slots() {
-        let permits = Permits::new(3, [("noisy".to_owned(), 2), ("quiet".to_owned(), 2)]);
+    async fn tenant_slots_are_separate_and_host_slots_go_in_arrival_order() {
+        let permits = Permits::new(1, [("noisy".to_owned(), 2), ("quiet".to_owned(), 2)]);
         let a = permits.acquire("noisy").await.unwrap();
-        let b = permits.acquire("noisy").await.unwrap();
-        // A third noisy task waits on its tenant permit...
+        let _b = permits.acquire("noisy").await.unwrap();
+        // A third noisy task waits on its tenant slot...
         let waiting =
             tokio::time::timeout(Duration::from_millis(50), permits.acquire("noisy")).await;
         assert!(waiting.is_err());
-        // ...without taking the last host slot from the quiet tenant.
+        // ...while the quiet tenant is admitted, and idle tenant slots hold
+        // no host slot.
+        let q = permits.try_acquire("quiet").expect("quiet tenant admitted");
         assert_eq!(
             permits.host_usage(),
             Usage {
-                in_use: 2,
-                limit: 3
+                in_use: 0,
+                limit: 1
             }
         );
-        let q = permits
-            .try_acquire("quiet")
-            .expect("quiet tenant still admitted");
-        assert!(permits.try_acquire("quiet").is_none(), "host limit reached");
-        drop((a, b, q));
-        assert_eq!(permits.host_usage().in_use, 0);
+
+        let running = permits.host_slot().await.unwrap();
+        let noisy_next = tokio::spawn({
+            let permits = permits.clone();
+            async move { permits.host_slot().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let quiet_next = tokio::spawn({
+            let permits = permits.clone();
+            async move { permits.host_slot().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(running);
+        let first = noisy_next.await.unwrap().unwrap();
+        assert!(!quiet_next.is_finished(), "first come, first served");
+        drop(first);
+        assert!(quiet_next.await.unwrap().is_some());
+        drop((a, q));
         assert_eq!(
             permits.tenant_usage("noisy"),
             Some(Usage {
-                in_use: 0,
+                in_use: 1,
                 limit: 2
             })
         );

@@ -142,9 +142,16 @@ async fn run_routed(
         cancel: entry.cancel.clone(),
         observer: progress.clone(),
     };
-    let execution = session
-        .sandbox
-        .execute(&route.component, &route.tenant, task);
+    // The host slot is taken here, in arrival order across tenants, and
+    // held while the guest runs; the pump below keeps the task alive with
+    // the engine while it waits for one.
+    let execution = async {
+        let _slot = session.permits.host_slot().await;
+        session
+            .sandbox
+            .execute(&route.component, &route.tenant, task)
+            .await
+    };
     tokio::pin!(execution);
     // Liveness: the engine hears from every in-flight task well within its
     // heartbeat timeout, whether or not the guest heartbeats itself. A stuck

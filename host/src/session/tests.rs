@@ -96,7 +96,12 @@ fn fixture(transport_failures: u32) -> Fixture {
         .unwrap();
     let (send, receive) = mpsc::channel(8);
     Fixture {
-        session: Session::new(sandbox, Arc::new(registry), Default::default()),
+        session: Session::new(
+            sandbox,
+            Arc::new(registry),
+            Default::default(),
+            Permits::new(8, []),
+        ),
         engine: Arc::new(Scripted {
             inbound: tokio::sync::Mutex::new(receive),
             stopped: CancellationToken::new(),

@@ -1,6 +1,7 @@
-//! sdk-core's activity slots, backed by corral's permits: the worker asks
-//! Temporal for a task only once it holds a tenant and a host permit, so the
-//! host never holds work it cannot start.
+//! sdk-core's activity slots, backed by corral's tenant permits: the worker
+//! asks Temporal for a task only once it holds a tenant permit, so a tenant
+//! never accepts more than its limit. (Host slots are taken when a task
+//! starts: a poll holds its slot for as long as it waits for work.)
 
 use temporalio_sdk_core::{
     ActivitySlotKind, SlotMarkUsedContext, SlotReleaseContext, SlotReservationContext,
