@@ -17,6 +17,10 @@ if ! grep -qx wasm32-wasip2 <<<"$installed_targets"; then
 fi
 
 if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
+  if ! command -v openssl >/dev/null; then
+    echo "setup: installing openssl (the admin API's TLS test makes certificates with it)" >&2
+    apt-get install -y -qq openssl >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openssl)
+  fi
   installed_components="$(rustup component list --installed)"
   for component in clippy rustfmt; do
     if ! grep -q "^$component" <<<"$installed_components"; then

@@ -621,3 +621,95 @@ fn a_flooding_tenant_does_not_starve_another_of_host_slots() {
         assert_eq!(outcome(&host.server, id)["result"], "v1");
     }
 }
+
+/// A CA and a certificate for 127.0.0.1 signed by it, made with `openssl`.
+fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs (tests/setup.sh installs it)");
+        assert!(out.status.success(), "openssl {args:?}: {}", text(&out));
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=corral test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "admin.key",
+        "-out",
+        "admin.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "admin.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "admin.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    ]);
+    (
+        dir.join("ca.pem"),
+        dir.join("admin.pem"),
+        dir.join("admin.key"),
+    )
+}
+
+#[test]
+fn the_admin_api_speaks_tls_when_configured() {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates(certs.path());
+    let host = Host::new(&format!(
+        "admin_tls = {{ cert = {:?}, key = {:?} }}",
+        path(&cert),
+        path(&key)
+    ));
+    let corral = host.serve(["", ""]);
+    assert!(
+        corral
+            .stderr()
+            .contains(&format!("admin API on https://127.0.0.1:{}", host.admin))
+    );
+    let https = format!("https://127.0.0.1:{}", host.admin);
+    let ls = |extra: &[&str]| {
+        let mut args = vec!["ls", "--json", "--endpoint", &https];
+        args.extend_from_slice(extra);
+        host.cli(&host.tokens[0].token, &args)
+    };
+    let out = ls(&["--ca-cert", &path(&ca)]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(json_of(&out)[0]["name"], "greeter");
+    // Without trusting the CA the client refuses the server; plain HTTP gets nowhere.
+    assert_eq!(ls(&[]).status.code(), Some(2));
+    let plain = host.cli(&host.tokens[0].token, &["ls"]);
+    assert_eq!(plain.status.code(), Some(2), "{}", text(&plain));
+}
