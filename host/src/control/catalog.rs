@@ -70,6 +70,18 @@ struct State {
     loaded: HashMap<String, Arc<LoadedComponent>>,
 }
 
+impl State {
+    /// A copy of the tenant's index, and its version matching `digest`.
+    fn version(&self, tenant: &str, digest: &str) -> Result<(TenantIndex, Version), ControlError> {
+        let tenant_index = self.index.tenants.get(tenant).cloned().unwrap_or_default();
+        let version = tenant_index
+            .find(digest)
+            .map_err(ControlError::NotFound)?
+            .clone();
+        Ok((tenant_index, version))
+    }
+}
+
 pub struct Catalog {
     sandbox: Arc<Sandbox>,
     registry: Arc<Registry>,
@@ -302,11 +314,7 @@ impl Catalog {
     ) -> Result<(VersionView, Option<String>), ControlError> {
         let spec = self.spec(tenant)?;
         let mut state = self.state.lock().await;
-        let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
-        let version = tenant_index
-            .find(digest)
-            .map_err(ControlError::NotFound)?
-            .clone();
+        let (mut tenant_index, version) = state.version(tenant, digest)?;
         let previous = tenant_index
             .active
             .insert(version.name.clone(), version.digest.clone())
@@ -336,11 +344,7 @@ impl Catalog {
     ) -> Result<VersionView, ControlError> {
         let spec = self.spec(tenant)?;
         let mut state = self.state.lock().await;
-        let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
-        let version = tenant_index
-            .find(digest)
-            .map_err(ControlError::NotFound)?
-            .clone();
+        let (mut tenant_index, version) = state.version(tenant, digest)?;
         let active = tenant_index.is_active(&version);
         if active && !force {
             return Err(ControlError::FailedPrecondition(format!(
@@ -387,11 +391,7 @@ impl Catalog {
     pub async fn describe(&self, tenant: &str, digest: &str) -> Result<VersionView, ControlError> {
         let spec = self.spec(tenant)?;
         let mut state = self.state.lock().await;
-        let tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
-        let version = tenant_index
-            .find(digest)
-            .map_err(ControlError::NotFound)?
-            .clone();
+        let (tenant_index, version) = state.version(tenant, digest)?;
         let component = self.loaded(&mut state, spec, &version.digest).await?;
         Ok(VersionView {
             tenant: tenant.to_owned(),

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod activities;
+pub mod admin;
 pub mod processes;
 
 use std::path::PathBuf;

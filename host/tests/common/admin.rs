@@ -1,0 +1,141 @@
+//! A corral host with two tenants and its admin API, for the control-plane
+//! end-to-end tests.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use super::activities::{execute, json_of, text, unique};
+use super::example;
+use super::processes::{Corral, TemporalServer, free_port};
+
+/// A token and its hash, from `corral token --json`.
+pub struct Token {
+    pub token: String,
+    pub sha256: String,
+}
+
+pub fn token() -> Token {
+    let out = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["token", "--json"])
+        .output()
+        .expect("corral token runs");
+    let v = json_of(&out);
+    let token = v["token"].as_str().expect("a token").to_owned();
+    let sha256 = v["sha256"].as_str().expect("a hash").to_owned();
+    assert_eq!(sha256.len(), 64);
+    Token { token, sha256 }
+}
+
+/// One host with two tenants (`alpha`, `beta`) on their own queues, an
+/// admin API, a metrics endpoint and a data directory that outlives it.
+pub struct Host {
+    pub server: TemporalServer,
+    pub data: tempfile::TempDir,
+    pub admin: u16,
+    pub metrics: u16,
+    pub queues: [String; 2],
+    pub tokens: [Token; 2],
+    pub operator: Token,
+    pub extra: String,
+}
+
+impl Host {
+    pub fn new(extra_host: &str) -> Host {
+        Host {
+            server: TemporalServer::start(),
+            data: tempfile::tempdir().expect("tempdir"),
+            admin: free_port(),
+            metrics: free_port(),
+            queues: [unique("alpha"), unique("beta")],
+            tokens: [token(), token()],
+            operator: token(),
+            extra: extra_host.to_owned(),
+        }
+    }
+
+    pub fn config(&self, tenant_extra: [&str; 2]) -> String {
+        let greeter = format!("{:?}", example("greeter").display().to_string());
+        let mut text = format!(
+            r#"
+[host]
+max_concurrent = 8
+shutdown_grace = "5s"
+admin_listen = "127.0.0.1:{admin}"
+metrics_listen = "127.0.0.1:{metrics}"
+data_dir = {data:?}
+operator_token_sha256 = "{operator}"
+{extra}
+"#,
+            admin = self.admin,
+            metrics = self.metrics,
+            data = self.data.path().display().to_string(),
+            operator = self.operator.sha256,
+            extra = self.extra,
+        );
+        for (i, name) in ["alpha", "beta"].iter().enumerate() {
+            text.push_str(&format!(
+                r#"
+[[tenant]]
+name = "{name}"
+token_sha256 = "{hash}"
+temporal = {{ address = "http://{address}", namespace = "default", task_queue = "{queue}" }}
+limits = {{ memory = "64MiB", timeout = "30s", max_concurrent = 4 }}
+components = [{greeter}]
+{tenant_extra}
+"#,
+                hash = self.tokens[i].sha256,
+                address = self.server.address(),
+                queue = self.queues[i],
+                tenant_extra = tenant_extra[i],
+            ));
+        }
+        text
+    }
+
+    pub fn serve(&self, tenant_extra: [&str; 2]) -> Corral {
+        Corral::serve(&self.config(tenant_extra))
+    }
+
+    /// `corral <args>` against this host with `token`.
+    pub fn cli(&self, token: &str, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_corral"))
+            .args(args)
+            .env(
+                "CORRAL_ENDPOINT",
+                format!("http://127.0.0.1:{}", self.admin),
+            )
+            .env("CORRAL_TOKEN", token)
+            .output()
+            .expect("corral runs")
+    }
+
+    /// As tenant `alpha`, expecting success; the JSON output.
+    pub fn alpha(&self, args: &[&str]) -> Value {
+        let out = self.cli(&self.tokens[0].token, args);
+        assert!(out.status.success(), "corral {args:?}: {}", text(&out));
+        json_of(&out)
+    }
+
+    pub fn run(&self, queue: usize, ty: &str, inputs: &[&str]) -> Value {
+        execute(&self.server, &self.queues[queue], ty, inputs, &[]).1
+    }
+
+    pub fn scrape(&self) -> String {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())",
+                &format!("http://127.0.0.1:{}/metrics", self.metrics),
+            ])
+            .output()
+            .expect("python3 runs");
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+pub fn path(p: &Path) -> String {
+    p.display().to_string()
+}

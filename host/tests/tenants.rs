@@ -1,0 +1,314 @@
+//! Tenants on one host end to end: tokens, separate directories, metrics,
+//! fairness for host slots, and the admin API over TLS.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::activities::{execute, json_of, outcome, start, text, wait_for};
+use common::admin::{Host, path};
+use common::example;
+use common::processes::Corral;
+
+#[test]
+fn tokens_reach_only_their_tenant_and_the_operator_reaches_all() {
+    let host = Host::new("");
+    let _corral = host.serve(["", ""]);
+    let [alpha, beta] = &host.tokens;
+    let out = host.cli(
+        &beta.token,
+        &["deploy", &path(&example("progress")), "--json"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let beta_digest = json_of(&out)["digest"]
+        .as_str()
+        .expect("a digest")
+        .to_owned();
+
+    let refused = |token: &str, args: &[&str], code: &str| {
+        let out = host.cli(token, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(stderr.contains(code), "{args:?}: {stderr}");
+        stderr
+    };
+    let no_token = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["ls"])
+        .env(
+            "CORRAL_ENDPOINT",
+            format!("http://127.0.0.1:{}", host.admin),
+        )
+        .env_remove("CORRAL_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(no_token.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&no_token.stderr).contains("no token"));
+    refused("corral_not-a-real-token", &["ls"], "Unauthenticated");
+    let e = refused(
+        &alpha.token,
+        &["ls", "--tenant", "beta"],
+        "PermissionDenied",
+    );
+    assert!(
+        e.contains("tenant `alpha` cannot act on tenant `beta`"),
+        "{e}"
+    );
+    // Beta's version is not even visible by digest from alpha.
+    refused(&alpha.token, &["describe", &beta_digest], "NotFound");
+    refused(&alpha.token, &["rm", &beta_digest, "--force"], "NotFound");
+    refused(&alpha.token, &["activate", &beta_digest], "NotFound");
+    let e = refused(&host.operator.token, &["ls"], "InvalidArgument");
+    assert!(e.contains("--tenant"), "{e}");
+
+    // The operator reaches both, and sees host-wide status.
+    let out = host.cli(&host.operator.token, &["ls", "--tenant", "beta", "--json"]);
+    assert!(
+        json_of(&out)
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["digest"] == beta_digest.as_str()),
+        "{}",
+        text(&out)
+    );
+    let status = json_of(&host.cli(&host.operator.token, &["status", "--json"]));
+    let names: Vec<&str> = status["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha", "beta"]);
+    let own = host.alpha(&["status", "--json"]);
+    assert_eq!(own["tenants"].as_array().unwrap().len(), 1, "{own}");
+
+    // Removing the active version needs --force.
+    let e = refused(
+        &alpha.token,
+        &["rm", &beta_digest[..15], "--tenant", "alpha"],
+        "",
+    );
+    assert!(e.contains("NotFound"), "{e}");
+    let own_digest = host.alpha(&["ls", "--json"])[0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let e = refused(&alpha.token, &["rm", &own_digest], "FailedPrecondition");
+    assert!(e.contains("activate another version first"), "{e}");
+}
+
+#[test]
+fn each_tenant_reads_only_its_own_directory_and_metrics_count_outcomes() {
+    let host = Host::new("");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    std::fs::write(dirs[0].path().join("note.txt"), "alpha's note").unwrap();
+    std::fs::write(dirs[1].path().join("note.txt"), "beta's note").unwrap();
+    let grant = |d: &tempfile::TempDir| {
+        format!(
+            r#"capabilities = {{ dirs = [{{ host = {:?}, guest = "/data", mode = "ro" }}] }}"#,
+            d.path().display().to_string()
+        )
+    };
+    let (a, b) = (grant(&dirs[0]), grant(&dirs[1]));
+    let _corral = host.serve([&a, &b]);
+    for (i, token) in host.tokens.iter().enumerate() {
+        let out = host.cli(&token.token, &["deploy", &path(&example("files"))]);
+        assert!(out.status.success(), "{}", text(&out));
+        let out = host.cli(&token.token, &["deploy", &path(&example("misbehave"))]);
+        assert!(out.status.success(), "{}", text(&out));
+        let note = host.run(i, "demo:files/api.read", &[r#""/data/note.txt""#]);
+        let own = ["alpha's note", "beta's note"][i];
+        assert_eq!(note["result"], own, "{note}");
+    }
+    // Through the admin API's Run too, with the same sandbox.
+    let out = host.cli(
+        &host.tokens[1].token,
+        &["invoke", "demo:files/api.read", r#""/data/note.txt""#],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        r#""beta's note""#,
+        "{}",
+        text(&out)
+    );
+
+    // A mixed run on alpha: completions and failures of three classes.
+    let fast = ["--retry-maximum-attempts", "1"];
+    let q = &host.queues[0];
+    execute(
+        &host.server,
+        q,
+        "demo:misbehave/api.panic",
+        &[r#""oops""#],
+        &fast,
+    );
+    execute(&host.server, q, "demo:misbehave/api.wild-read", &[], &fast);
+    execute(
+        &host.server,
+        q,
+        "demo:misbehave/api.fail",
+        &[r#""Declined""#, "false"],
+        &fast,
+    );
+    execute(
+        &host.server,
+        q,
+        "demo:misbehave/api.fail",
+        &[r#""Declined""#, "false"],
+        &fast,
+    );
+    let metrics = host.scrape();
+    for (ty, outcome, n) in [
+        ("demo:files/api.read", "Completed", 1),
+        ("demo:misbehave/api.panic", "Panic", 1),
+        ("demo:misbehave/api.wild-read", "Trap", 1),
+        ("demo:misbehave/api.fail", "Application", 2),
+    ] {
+        let line = format!(
+            "corral_tasks_total{{tenant=\"alpha\",activity_type=\"{ty}\",outcome=\"{outcome}\"}} {n}"
+        );
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+    assert!(metrics.contains("corral_task_duration_seconds_count{tenant=\"alpha\",activity_type=\"demo:misbehave/api.fail\"} 2"));
+    assert!(metrics.contains("corral_instantiate_seconds_count{tenant=\"alpha\"}"));
+    assert!(metrics.contains("corral_permits_limit{scope=\"tenant\",tenant=\"beta\"} 4"));
+    let status = host.alpha(&["status", "--json"]);
+    assert_eq!(
+        status["tenants"][0]["outcomes"]["Application"], 2,
+        "{status}"
+    );
+    assert_eq!(status["tenants"][0]["outcomes"]["Completed"], 1, "{status}");
+}
+
+#[test]
+fn a_flooding_tenant_does_not_starve_another_of_host_slots() {
+    // The host has 2 slots; each tenant may use both.
+    let host = Host::new("");
+    let config = host
+        .config(["", ""])
+        .replace("max_concurrent = 8", "max_concurrent = 2")
+        .replace("max_concurrent = 4", "max_concurrent = 2");
+    let _corral = Corral::serve(&config);
+    for token in &host.tokens {
+        let out = host.cli(&token.token, &["deploy", &path(&example("versioned"))]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let hold = "demo:versioned/api.hold";
+    let flood: Vec<String> = (0..20)
+        .map(|_| start(&host.server, &host.queues[0], hold, &["1000"], &[]))
+        .collect();
+    // Alpha saturates the host with 10x beta's work queued...
+    std::thread::sleep(Duration::from_millis(1500));
+    for _ in 0..2 {
+        // Bounded, so a starved tenant fails the test instead of hanging it.
+        let bound = ["--schedule-to-close-timeout", "60s"];
+        let out = execute(&host.server, &host.queues[1], hold, &["0"], &bound).1;
+        assert_eq!(out["result"], "v1", "{out}");
+    }
+    // ...and beta finished while alpha's flood is still queued.
+    let unfinished = flood
+        .iter()
+        .filter(|id| {
+            let info = wait_for(&host.server, id, Duration::ZERO, |_| true);
+            info["status"] != "ACTIVITY_EXECUTION_STATUS_COMPLETED"
+        })
+        .count();
+    assert!(unfinished > 0, "alpha's flood had already finished");
+    for id in &flood {
+        assert_eq!(outcome(&host.server, id)["result"], "v1");
+    }
+}
+
+/// A CA and a certificate for 127.0.0.1 signed by it, made with `openssl`.
+fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs (tests/setup.sh installs it)");
+        assert!(out.status.success(), "openssl {args:?}: {}", text(&out));
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=corral test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "admin.key",
+        "-out",
+        "admin.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "admin.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "admin.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    ]);
+    (
+        dir.join("ca.pem"),
+        dir.join("admin.pem"),
+        dir.join("admin.key"),
+    )
+}
+
+#[test]
+fn the_admin_api_speaks_tls_when_configured() {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates(certs.path());
+    let host = Host::new(&format!(
+        "admin_tls = {{ cert = {:?}, key = {:?} }}",
+        path(&cert),
+        path(&key)
+    ));
+    let corral = host.serve(["", ""]);
+    assert!(
+        corral
+            .stderr()
+            .contains(&format!("admin API on https://127.0.0.1:{}", host.admin))
+    );
+    let https = format!("https://127.0.0.1:{}", host.admin);
+    let ls = |extra: &[&str]| {
+        let mut args = vec!["ls", "--json", "--endpoint", &https];
+        args.extend_from_slice(extra);
+        host.cli(&host.tokens[0].token, &args)
+    };
+    let out = ls(&["--ca-cert", &path(&ca)]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(json_of(&out)[0]["name"], "greeter");
+    // Without trusting the CA the client refuses the server; plain HTTP gets nowhere.
+    assert_eq!(ls(&[]).status.code(), Some(2));
+    let plain = host.cli(&host.tokens[0].token, &["ls"]);
+    assert_eq!(plain.status.code(), Some(2), "{}", text(&plain));
+}
