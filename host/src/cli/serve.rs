@@ -85,6 +85,7 @@ pub async fn run(
         index,
         specs,
     )
+    .await
     .map_err(anyhow::Error::msg)?;
     for t in &config.tenants {
         catalog
@@ -137,7 +138,6 @@ pub async fn run(
                     .map(|t| (t.tenant.name.as_str(), t.token_sha256.as_deref())),
             ),
             session: session.clone(),
-            permits: permits.clone(),
             max_upload: config.host.max_upload,
             runs: Arc::new(tokio::sync::Semaphore::new(api::RUN_SLOTS)),
         };

@@ -13,13 +13,12 @@ use super::catalog::{Catalog, ControlError, NewVersion, VersionView};
 use super::proto::{self, admin_server::Admin, run_response, upload_request};
 use crate::metrics::COMPLETED;
 use crate::sandbox::{Failure, Task, format_bytes};
-use crate::session::{Permits, Session};
+use crate::session::Session;
 
 pub struct AdminService {
     pub catalog: Arc<Catalog>,
     pub auth: Auth,
     pub session: Arc<Session>,
-    pub permits: Permits,
     /// The largest component an upload may carry.
     pub max_upload: u64,
     /// `Run` is a smoke test outside any engine: it does not take engine
@@ -265,12 +264,12 @@ impl Admin for AdminService {
     ) -> Result<Response<proto::StatusResponse>, Status> {
         let principal = self.principal(&request)?;
         let tenants = self.auth.scope(&principal, &request.get_ref().tenant)?;
-        let host = self.permits.host_usage();
+        let host = self.session.permits.host_usage();
         let metrics = &self.session.metrics;
         let tenants = tenants
             .into_iter()
             .map(|name| {
-                let usage = self.permits.tenant_usage(&name);
+                let usage = self.session.permits.tenant_usage(&name);
                 proto::TenantStatus {
                     max_concurrent: usage.map_or(0, |u| saturate(u.limit)),
                     in_use: usage.map_or(0, |u| saturate(u.in_use)),

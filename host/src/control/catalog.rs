@@ -97,7 +97,7 @@ impl Catalog {
     /// then adds the configured components and routes each tenant. A stored version that no longer loads (its bytes are gone or this
     /// host cannot run it) is an error: the host must serve exactly what
     /// was active, or say why not.
-    pub fn open(
+    pub async fn open(
         sandbox: Arc<Sandbox>,
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
@@ -128,15 +128,22 @@ impl Catalog {
             }),
         };
         {
-            let mut state = catalog
-                .state
-                .try_lock()
-                .map_err(|_| "catalog busy while opening".to_owned())?;
-            for name in catalog.tenants.keys() {
+            let mut state = catalog.state.lock().await;
+            for spec in catalog.tenants.values() {
+                let name = &spec.tenant.name;
                 let tenant_index = state.index.tenants.get(name).cloned().unwrap_or_default();
-                catalog
-                    .active_components(&mut state, name, &tenant_index)
-                    .map_err(|e| e.to_string())?;
+                for version in tenant_index.active_versions() {
+                    let component = catalog
+                        .loaded(&mut state, spec, &version.digest)
+                        .await
+                        .map_err(|e| {
+                            format!(
+                                "tenant `{name}`: active version {} of `{}` cannot be served: {e}",
+                                version.digest, version.name
+                            )
+                        })?;
+                    tracing::info!(tenant = %name, digest = %version.digest, deployment = %version.name, from_cache = component.from_cache, "loaded");
+                }
             }
         }
         Ok(catalog)
@@ -414,7 +421,7 @@ impl Catalog {
             components.push(self.loaded(state, spec, &version.digest).await?);
         }
         let aliases = aliases(spec, &tenant_index);
-        Registry::check(&spec.tenant, &components, &aliases)
+        let table = Registry::prepare(spec.tenant.clone(), &components, &aliases)
             .map_err(ControlError::FailedPrecondition)?;
         let mut index = state.index.clone();
         if tenant_index == TenantIndex::default() {
@@ -426,9 +433,7 @@ impl Catalog {
             .save(&index)
             .map_err(|e| ControlError::Internal(format!("writing the index: {e}")))?;
         state.index = index;
-        self.registry
-            .set_tenant(spec.tenant.clone(), &components, &aliases)
-            .map_err(ControlError::Internal)?;
+        self.registry.install(table);
         Ok(())
     }
 
@@ -448,37 +453,6 @@ impl Catalog {
         let component = self.load(spec, bytes).await?;
         state.loaded.insert(digest.to_owned(), component.clone());
         Ok(component)
-    }
-
-    /// Synchronous twin of [`Catalog::loaded`] for start-up.
-    fn active_components(
-        &self,
-        state: &mut State,
-        tenant: &str,
-        tenant_index: &TenantIndex,
-    ) -> Result<Vec<Arc<LoadedComponent>>, ControlError> {
-        let mut components = Vec::new();
-        for version in tenant_index.active_versions() {
-            let bytes = self.store.bytes(&version.digest).map_err(|e| {
-                ControlError::Internal(format!(
-                    "tenant `{tenant}`: the stored bytes of active version {} cannot be read: {e}",
-                    version.digest
-                ))
-            })?;
-            let component = self.sandbox.load(&bytes).map_err(|e| {
-                ControlError::Internal(format!(
-                    "tenant `{tenant}`: active version {} no longer loads: {e}",
-                    version.digest
-                ))
-            })?;
-            self.metrics.component_loaded(component.from_cache);
-            tracing::info!(tenant, digest = %component.digest, deployment = %version.name, from_cache = component.from_cache, "loaded");
-            state
-                .loaded
-                .insert(version.digest.clone(), component.clone());
-            components.push(component);
-        }
-        Ok(components)
     }
 
     /// Validates and compiles on a blocking thread (compiling takes seconds).

@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use permits::{HostSlot, Permit, Permits, Usage};
-pub use registry::{Registry, Route};
+pub use registry::{Registry, Route, TenantTable};
 
 use crate::metrics::Metrics;
 use crate::sandbox::{Failure, Sandbox, TaskInfo};

@@ -27,6 +27,10 @@ struct TenantRoutes {
     routes: HashMap<String, Route>,
 }
 
+/// A tenant's checked routes, ready to [`Registry::install`].
+#[derive(Debug)]
+pub struct TenantTable(TenantRoutes);
+
 /// Every tenant's activity types.
 #[derive(Debug, Default)]
 pub struct Registry {
@@ -43,20 +47,26 @@ impl Registry {
         components: &[Arc<LoadedComponent>],
         aliases: &[(String, String)],
     ) -> Result<(), String> {
-        let routes = Registry::build(Arc::new(tenant), components, aliases)?;
-        let name = routes.tenant.name.clone();
-        self.write().insert(name, Arc::new(routes));
+        self.install(Registry::prepare(tenant, components, aliases)?);
         Ok(())
     }
 
-    /// Checks that `components` and `aliases` would make a valid table for
-    /// `tenant`, without changing anything.
-    pub fn check(
-        tenant: &Tenant,
+    /// Builds and checks a tenant's routes without serving them, so a
+    /// caller can make its own change durable first, then [`install`] them.
+    ///
+    /// [`install`]: Registry::install
+    pub fn prepare(
+        tenant: Tenant,
         components: &[Arc<LoadedComponent>],
         aliases: &[(String, String)],
-    ) -> Result<(), String> {
-        Registry::build(Arc::new(tenant.clone()), components, aliases).map(|_| ())
+    ) -> Result<TenantTable, String> {
+        Registry::build(Arc::new(tenant), components, aliases).map(TenantTable)
+    }
+
+    /// Serves a prepared table: the next task of the tenant is routed by it.
+    pub fn install(&self, table: TenantTable) {
+        let name = table.0.tenant.name.clone();
+        self.write().insert(name, Arc::new(table.0));
     }
 
     fn build(
