@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
-use corral::config::{Config, HostConfig, TemporalBinding, TenantConfig};
+use corral::config::{Config, Engine, HostConfig, TemporalBinding, TenantConfig};
 use corral::connectors::temporal::{dev_server_args, free_loopback_port};
 use corral::sandbox::{Limits, Tenant, convert};
 use corral::session::Registry;
@@ -99,11 +99,11 @@ pub async fn dev(args: Args) -> ExitCode {
             },
             token_sha256: None,
             max_concurrent: 16,
-            temporal: TemporalBinding {
+            engine: Engine::Temporal(TemporalBinding {
                 address: format!("http://{address}"),
                 namespace: "default".to_owned(),
                 task_queue: TASK_QUEUE.to_owned(),
-            },
+            }),
             components: files,
             aliases: BTreeMap::new(),
         }],

@@ -1,5 +1,5 @@
-//! `corral serve --config FILE`: a Temporal activity worker for every
-//! configured tenant, until SIGINT or SIGTERM.
+//! `corral serve --config FILE`: a Temporal or Aion activity worker for
+//! every configured tenant, until SIGINT or SIGTERM.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use corral::config::Config;
+use corral::config::{Config, Engine};
+use corral::connectors::aion::AionConnector;
 use corral::connectors::temporal::TemporalConnector;
 use corral::control::store::Index;
 use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, api, server};
@@ -101,28 +102,48 @@ pub async fn run(
             .iter()
             .map(|t| (t.tenant.name.clone(), t.max_concurrent)),
     );
-    let runtime = temporalio_sdk_core::CoreRuntime::new_assume_tokio(Default::default())?;
     let session = Session::new(sandbox, registry.clone(), metrics.clone(), permits.clone());
+    let mut runtime = None;
     let mut connectors: Vec<Arc<dyn Connector>> = Vec::new();
     for t in &config.tenants {
-        let connector = TemporalConnector::connect(
-            &runtime,
-            &t.tenant.name,
-            &t.temporal,
-            permits.clone(),
-            config.host.shutdown_grace,
-            config.host.connect_timeout,
-        )
-        .await?;
+        let name = &t.tenant.name;
+        let connector: Arc<dyn Connector> = match &t.engine {
+            Engine::Temporal(binding) => {
+                let runtime = match &runtime {
+                    Some(runtime) => runtime,
+                    None => runtime.insert(temporalio_sdk_core::CoreRuntime::new_assume_tokio(
+                        Default::default(),
+                    )?),
+                };
+                Arc::new(
+                    TemporalConnector::connect(
+                        runtime,
+                        name,
+                        binding,
+                        permits.clone(),
+                        config.host.shutdown_grace,
+                        config.host.connect_timeout,
+                    )
+                    .await?,
+                )
+            }
+            Engine::Aion(binding) => Arc::new(
+                AionConnector::connect(
+                    name,
+                    binding,
+                    registry.clone(),
+                    permits.clone(),
+                    config.host.connect_timeout,
+                )
+                .await?,
+            ),
+        };
         eprintln!(
-            "corral: tenant `{}` serves task queue `{}` (namespace `{}`) at {}: {}",
-            t.tenant.name,
-            t.temporal.task_queue,
-            t.temporal.namespace,
-            t.temporal.address,
-            registry.activity_types(&t.tenant.name).join(", ")
+            "corral: tenant `{name}` serves {}: {}",
+            t.engine.describe(),
+            registry.activity_types(name).join(", ")
         );
-        connectors.push(Arc::new(connector));
+        connectors.push(connector);
     }
     // The endpoints stop only after the workers have drained.
     let endpoints = CancellationToken::new();

@@ -1,4 +1,16 @@
 //! Engine connectors: each turns one engine's protocol into the session
 //! loop's [`Connector`](crate::session::Connector) trait.
 
+pub mod aion;
 pub mod temporal;
+
+/// The identity this process reports to engines: `corral@<host>:<pid>`.
+pub fn identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("corral@{host}:{}", std::process::id())
+}

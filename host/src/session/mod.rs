@@ -44,12 +44,24 @@ pub struct TaskStart {
     /// As the engine named it (an alias or a full WIT name).
     pub activity_type: String,
     /// The decoded arguments, or why they could not be decoded.
-    pub args: Result<Vec<Value>, String>,
+    pub args: Result<Args, String>,
     pub info: TaskInfo,
     /// The engine's deadline for this attempt.
     pub deadline: Option<Duration>,
-    /// How often the engine needs to hear from the task.
-    pub heartbeat_timeout: Option<Duration>,
+    /// How often the loop heartbeats the task on its own, so the engine
+    /// hears from it well within its liveness window (the connector
+    /// throttles what it forwards).
+    pub heartbeat_every: Duration,
+}
+
+/// A task's arguments, as its engine delivers them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Args {
+    /// One value per WIT parameter, in order (Temporal: one payload each).
+    Positional(Vec<Value>),
+    /// One object keyed by parameter name (Aion's typed actions). A missing
+    /// `option` parameter is `none`.
+    Named(serde_json::Map<String, Value>),
 }
 
 /// What a connector delivers to the loop.

@@ -35,6 +35,9 @@ pub struct TenantTable(TenantRoutes);
 #[derive(Debug, Default)]
 pub struct Registry {
     tenants: RwLock<HashMap<String, Arc<TenantRoutes>>>,
+    /// Bumped whenever a tenant's routes are replaced, so connectors that
+    /// announce activity types to their engine (Aion) can announce again.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Registry {
@@ -67,6 +70,12 @@ impl Registry {
     pub fn install(&self, table: TenantTable) {
         let name = table.0.tenant.name.clone();
         self.write().insert(name, Arc::new(table.0));
+        self.changes.send_modify(|generation| *generation += 1);
+    }
+
+    /// Wakes whenever any tenant's routes change.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     fn build(

@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tracing::Instrument;
 
-use super::{CancelReason, Connector, InFlight, Report, Session, TaskStart};
+use super::{Args, CancelReason, Connector, InFlight, Report, Session, TaskStart};
 use crate::metrics::{COMPLETED, Metrics};
 use crate::sandbox::{Failure, FailureClass, Outcome, RetryPolicy, Task, TaskObserver};
 
@@ -121,10 +121,9 @@ async fn run_routed(
     policy: &RetryPolicy,
 ) -> Outcome {
     // The arguments move into the task: nothing after execution needs them.
-    let args = match std::mem::replace(&mut start.args, Ok(Vec::new())) {
-        Ok(args) => args,
-        Err(e) => return Err(Failure::new(FailureClass::InvalidInput, policy, e)),
-    };
+    let args = std::mem::replace(&mut start.args, Ok(Args::Positional(Vec::new())))
+        .and_then(|args| positional(args, route))
+        .map_err(|e| Failure::new(FailureClass::InvalidInput, policy, e))?;
     let progress = Arc::new(Progress {
         last: Mutex::new(None),
         fresh: Notify::new(),
@@ -153,15 +152,10 @@ async fn run_routed(
             .await
     };
     tokio::pin!(execution);
-    // Liveness: the engine hears from every in-flight task well within its
-    // heartbeat timeout, whether or not the guest heartbeats itself. A stuck
-    // guest is still ended by its deadline.
-    // Heartbeats are also how pull engines deliver cancellation, so tasks
-    // without a heartbeat timeout are pumped too (the connector throttles).
-    let period = start.heartbeat_timeout.map_or(Duration::from_secs(1), |t| {
-        (t / 3).max(Duration::from_millis(200))
-    });
-    let mut pump = tokio::time::interval(period);
+    // Liveness: the engine hears from every in-flight task at the pace its
+    // connector asked for, whether or not the guest heartbeats itself. A
+    // stuck guest is still ended by its deadline.
+    let mut pump = tokio::time::interval(start.heartbeat_every);
     pump.tick().await;
     loop {
         tokio::select! {
@@ -171,6 +165,57 @@ async fn run_routed(
             _ = pump.tick() => connector.heartbeat(&start.key, progress.last().as_ref()),
         }
     }
+}
+
+/// Named arguments in the activity type's parameter order. Names match as
+/// record fields do (`max-len`, `max_len` and `maxLen` are one name); a
+/// missing `option` parameter is `none`.
+fn positional(args: Args, route: &super::Route) -> Result<Vec<Value>, String> {
+    let mut named = match args {
+        Args::Positional(values) => return Ok(values),
+        Args::Named(named) => named,
+    };
+    let Some(activity) = route.component.activity(&route.activity) else {
+        // The route was built from this component's own activity types.
+        return Err(format!(
+            "`{}` is not exported by its component",
+            route.activity
+        ));
+    };
+    let expected = || {
+        activity
+            .params
+            .iter()
+            .map(|(name, _)| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut values = Vec::with_capacity(activity.params.len());
+    for (name, ty) in &activity.params {
+        let key = named
+            .keys()
+            .find(|key| crate::sandbox::convert::names_match(name, key))
+            .cloned();
+        match key.and_then(|key| named.remove(&key)) {
+            Some(value) => values.push(value),
+            None if matches!(ty, wasmtime::component::types::Type::Option(_)) => {
+                values.push(Value::Null)
+            }
+            None => {
+                return Err(format!(
+                    "missing argument `{name}` (expected {})",
+                    expected()
+                ));
+            }
+        }
+    }
+    if let Some(unknown) = named.keys().next() {
+        return Err(format!(
+            "unknown argument `{unknown}` (expected {})",
+            expected()
+        ));
+    }
+    Ok(values)
 }
 
 /// A cancel is reported as cancelled only when one was requested; a task

@@ -16,8 +16,12 @@ use crate::sandbox::{FailureClass, Limits, SandboxConfig, Tenant};
 const COMPONENT: &str = r#"(component
     (core module $m
         (func (export "answer") (result i32) i32.const 42)
-        (func (export "spin") (loop $l br $l)))
+        (func (export "spin") (loop $l br $l))
+        (func (export "add") (param i32 i32 i32) (result i32)
+            local.get 0 local.get 1 local.get 2 i32.mul i32.add))
     (core instance $i (instantiate $m))
+    (func (export "add") (param "left-term" u32) (param "bonus" (option u32)) (result u32)
+        (canon lift (core func $i "add")))
     (func (export "answer") (result u32) (canon lift (core func $i "answer")))
     (func (export "spin") (canon lift (core func $i "spin")))
 )"#;
@@ -119,13 +123,13 @@ fn start(key: &[u8], activity_type: &str) -> Inbound {
         key: key.to_vec(),
         tenant: "t".into(),
         activity_type: activity_type.into(),
-        args: Ok(vec![]),
+        args: Ok(Args::Positional(vec![])),
         info: TaskInfo {
             attempt: 1,
             ..TaskInfo::default()
         },
         deadline: None,
-        heartbeat_timeout: None,
+        heartbeat_every: Duration::from_secs(1),
     }))
 }
 
@@ -190,6 +194,44 @@ async fn unknown_types_and_bad_payloads_are_reported_not_dropped() {
         assert_eq!(failure.class, expected, "{failure}");
     }
     assert!(f.session.in_flight_count() == 0);
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn named_arguments_are_matched_to_parameters_by_name() {
+    let f = fixture(0);
+    let serving = f.serve(Duration::from_secs(1));
+    let cases = [
+        (json!({"left_term": 40, "bonus": 2}), Ok(json!(42))),
+        (json!({"leftTerm": 40}), Ok(json!(40))),
+        (
+            json!({"bonus": 2}),
+            Err("missing argument `left-term` (expected `left-term`, `bonus`)"),
+        ),
+        (json!({"left-term": 1, "x": 2}), Err("unknown argument `x`")),
+    ];
+    for (i, (args, _)) in cases.iter().enumerate() {
+        let Inbound::Start(mut task) = start(&[i as u8], "add") else {
+            unreachable!()
+        };
+        let Value::Object(named) = args.clone() else {
+            unreachable!()
+        };
+        task.args = Ok(Args::Named(named));
+        f.send.send(Inbound::Start(task)).await.unwrap();
+    }
+    let reports = f.wait_for_reports(cases.len()).await;
+    for (key, report) in reports {
+        match (&cases[key[0] as usize].1, report) {
+            (Ok(expected), Report::Completed(value)) => assert_eq!(&value, expected),
+            (Err(expected), Report::Failed(failure)) => {
+                assert_eq!(failure.class, FailureClass::InvalidInput);
+                assert!(failure.message.starts_with(expected), "{failure}");
+            }
+            (expected, report) => panic!("{expected:?} but {report:?}"),
+        }
+    }
     f.shutdown.cancel();
     serving.await.unwrap();
 }

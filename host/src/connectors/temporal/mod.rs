@@ -30,7 +30,7 @@ use tokio::sync::{Mutex, mpsc};
 use crate::config::TemporalBinding;
 use crate::sandbox::TaskInfo;
 use crate::session::{
-    CancelReason, Connector, Inbound, Permits, Report, ReportError, TaskKey, TaskStart,
+    Args, CancelReason, Connector, Inbound, Permits, Report, ReportError, TaskKey, TaskStart,
 };
 
 /// How soon an activity without a heartbeat timeout learns it was
@@ -73,17 +73,6 @@ pub fn dev_server_args(port: u16, db: Option<&std::path::Path>) -> std::io::Resu
         args.extend(["--db-filename".into(), db.display().to_string()]);
     }
     Ok(args)
-}
-
-/// The identity this process reports to Temporal: `corral@<host>:<pid>`.
-pub fn identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!("corral@{host}:{}", std::process::id())
 }
 
 /// One tenant's Temporal worker.
@@ -153,7 +142,7 @@ async fn connect_with_retry(url: &Url, patience: Duration) -> anyhow::Result<Con
     let mut backoff = Duration::from_millis(200);
     loop {
         let options = ConnectionOptions::new(url.clone())
-            .identity(identity())
+            .identity(super::identity())
             .connect_timeout(Duration::from_secs(5))
             .build();
         match Connection::connect(options).await {
@@ -225,7 +214,7 @@ fn inbound(task: ActivityTask, tenant: &str) -> Option<Inbound> {
                 key: task.task_token,
                 tenant: tenant.to_owned(),
                 activity_type: start.activity_type.clone(),
-                args: payloads::args_to_json(&start.input),
+                args: payloads::args_to_json(&start.input).map(Args::Positional),
                 info: TaskInfo {
                     tenant: tenant.to_owned(),
                     activity_id: start.activity_id.clone(),
@@ -237,7 +226,12 @@ fn inbound(task: ActivityTask, tenant: &str) -> Option<Inbound> {
                         .and_then(|p| payloads::to_json(p).ok()),
                 },
                 deadline,
-                heartbeat_timeout: proto_duration!(start.heartbeat_timeout),
+                // Well within the heartbeat timeout; tasks without one are
+                // pumped too, since heartbeat responses carry cancellation.
+                heartbeat_every: proto_duration!(start.heartbeat_timeout)
+                    .map_or(Duration::from_secs(1), |t| {
+                        (t / 3).max(Duration::from_millis(200))
+                    }),
             })))
         }
         Variant::Cancel(cancel) => {

@@ -19,13 +19,15 @@
 
 mod from_wit;
 mod sample;
+mod schema;
 mod to_wit;
 
 use std::fmt;
 
 pub use from_wit::{payload_to_json, to_json};
 pub use sample::sample;
-pub use to_wit::from_json;
+pub use schema::{input_schema, output_schema};
+pub use to_wit::{describe as describe_json, from_json};
 
 /// A JSON value that does not fit its WIT type (or a WIT value that cannot be
 /// represented), with the path to the offending part.

@@ -353,7 +353,7 @@ fn mismatch(path: &JsonPath, expected: &str, got: &Value) -> ConvertError {
 }
 
 /// A short rendering of a JSON value for error messages.
-fn describe(value: &Value) -> String {
+pub fn describe(value: &Value) -> String {
     let kind = match value {
         Value::Null => return "null".to_owned(),
         Value::Bool(_) | Value::Number(_) => return value.to_string(),

@@ -18,6 +18,7 @@
 //! name = "acme"
 //! token_sha256 = "…"
 //! temporal = { address = "http://127.0.0.1:7233", namespace = "default", task_queue = "acme" }
+//! # or, for an Aion server: aion = { address = "127.0.0.1:50051", namespace = "default", task_queue = "acme" }
 //! limits = { memory = "64MiB", timeout = "30s", max_concurrent = 16 }
 //! capabilities = { dirs = [{ host = "./data", guest = "/data", mode = "ro" }], env = { REGION = "eu" } }
 //! components = ["examples/dist/greeter.wasm"]
@@ -34,6 +35,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::control::TlsFiles;
+
+mod engine;
+
+use engine::RawAion;
+pub use engine::{AionBinding, Engine, TemporalBinding};
 
 use crate::sandbox::{
     Capabilities, DirGrant, DirMode, FailureClass, Limits, RetryPolicy, Tenant, parse_bytes,
@@ -89,24 +95,11 @@ pub struct TenantConfig {
     /// Hex SHA-256 of the tenant's admin API token.
     pub token_sha256: Option<String>,
     pub max_concurrent: usize,
-    pub temporal: TemporalBinding,
+    /// The engine the tenant serves.
+    pub engine: Engine,
     pub components: Vec<PathBuf>,
     /// Alias → full activity type name.
     pub aliases: BTreeMap<String, String>,
-}
-
-/// Where a tenant's Temporal worker polls.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TemporalBinding {
-    pub address: String,
-    #[serde(default = "default_namespace")]
-    pub namespace: String,
-    pub task_queue: String,
-}
-
-fn default_namespace() -> String {
-    "default".to_owned()
 }
 
 /// A configuration that cannot be used, naming the key.
@@ -160,6 +153,7 @@ struct RawTenant {
     name: String,
     token_sha256: Option<String>,
     temporal: Option<TemporalBinding>,
+    aion: Option<RawAion>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -288,26 +282,7 @@ impl Config {
                     t.name
                 )));
             }
-            let Some(temporal) = t.temporal.clone() else {
-                return Err(ConfigError(format!(
-                    "{}: missing (the engine this tenant serves)",
-                    key("temporal")
-                )));
-            };
-            if !temporal.address.starts_with("http://") && !temporal.address.starts_with("https://")
-            {
-                return Err(ConfigError(format!(
-                    "{}: `{}` must be a URL such as http://127.0.0.1:7233",
-                    key("temporal.address"),
-                    temporal.address
-                )));
-            }
-            if temporal.task_queue.is_empty() {
-                return Err(ConfigError(format!(
-                    "{}: must not be empty",
-                    key("temporal.task_queue")
-                )));
-            }
+            let engine = engine::validate(t.temporal.clone(), t.aion.clone(), &key)?;
             let defaults = Limits::default();
             let l = &t.limits;
             let limits = Limits {
@@ -397,7 +372,7 @@ impl Config {
                 tenant,
                 token_sha256: token_hash(t.token_sha256.clone(), &key("token_sha256"))?,
                 max_concurrent,
-                temporal,
+                engine,
                 components: t.components.iter().map(|c| base.join(c)).collect(),
                 aliases: t.aliases.clone(),
             });
@@ -462,128 +437,4 @@ fn size(value: Option<&str>, default: usize, key: &str) -> Result<usize, ConfigE
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GOOD: &str = r#"
-        [host]
-        max_concurrent = 8
-        [[tenant]]
-        name = "acme"
-        temporal = { address = "http://127.0.0.1:7233", task_queue = "acme" }
-        limits = { memory = "64MiB", timeout = "30s", max_concurrent = 4 }
-        components = ["greeter.wasm"]
-        aliases = { Greet = "demo:greeter/api.greet" }
-        retry = { Trap = true }
-    "#;
-
-    fn error(text: &str) -> String {
-        Config::parse(text, Path::new("/etc/corral")).unwrap_err().0
-    }
-
-    #[test]
-    fn a_good_config_is_read_with_defaults_and_resolved_paths() {
-        let config = Config::parse(GOOD, Path::new("/etc/corral")).unwrap();
-        assert_eq!(config.host.max_concurrent, 8);
-        assert_eq!(config.host.shutdown_grace, Duration::from_secs(30));
-        let t = &config.tenants[0];
-        assert_eq!(t.tenant.limits.memory, 64 << 20);
-        assert_eq!(t.tenant.limits.timeout, Some(Duration::from_secs(30)));
-        assert_eq!(t.max_concurrent, 4);
-        assert_eq!(t.temporal.namespace, "default");
-        assert_eq!(t.components, [PathBuf::from("/etc/corral/greeter.wasm")]);
-        assert_eq!(t.aliases["Greet"], "demo:greeter/api.greet");
-        assert!(t.tenant.retry.retryable(FailureClass::Trap));
-        assert_eq!(config.host.admin_listen, None);
-        assert_eq!(config.host.max_upload, 64 << 20);
-    }
-
-    #[test]
-    fn the_control_plane_keys_are_read() {
-        let hash = "AB".repeat(32);
-        let text = GOOD
-            .replace(
-                "max_concurrent = 8",
-                &format!(
-                    "admin_listen = \"127.0.0.1:7466\"\ndata_dir = \"data\"\n\
-                     metrics_listen = \"127.0.0.1:9466\"\noperator_token_sha256 = \"{hash}\"\n\
-                     max_upload = \"8MiB\"\nlog_format = \"json\"\n\
-                     admin_tls = {{ cert = \"c.pem\", key = \"k.pem\" }}"
-                ),
-            )
-            .replace(
-                "components = [\"greeter.wasm\"]",
-                &format!("token_sha256 = \"{hash}\""),
-            );
-        let config = Config::parse(&text, Path::new("/etc/corral")).unwrap();
-        let h = &config.host;
-        assert_eq!(h.admin_listen, Some("127.0.0.1:7466".parse().unwrap()));
-        assert_eq!(h.data_dir, Some(PathBuf::from("/etc/corral/data")));
-        assert_eq!(h.metrics_listen, Some("127.0.0.1:9466".parse().unwrap()));
-        assert_eq!(h.operator_token_sha256, Some("ab".repeat(32)));
-        assert_eq!(h.max_upload, 8 << 20);
-        assert!(h.log_json);
-        assert_eq!(
-            h.admin_tls.as_ref().unwrap().key,
-            PathBuf::from("/etc/corral/k.pem")
-        );
-        assert!(config.tenants[0].components.is_empty(), "deployed later");
-        assert_eq!(config.tenants[0].token_sha256, Some("ab".repeat(32)));
-    }
-
-    #[test]
-    fn errors_name_the_key() {
-        assert!(
-            error(&GOOD.replace("max_concurrent = 4", "max_concurrent = 0"))
-                .contains("tenant[0] (`acme`).limits.max_concurrent: must be at least 1, got 0")
-        );
-        assert!(
-            error(&GOOD.replace("\"64MiB\"", "\"64 parsecs\""))
-                .contains("tenant[0] (`acme`).limits.memory")
-        );
-        assert!(
-            error(&GOOD.replace("\"30s\"", "\"30\"")).contains("limits.timeout: `30` needs a unit")
-        );
-        assert!(
-            error(&GOOD.replace("http://127.0.0.1:7233", "127.0.0.1:7233"))
-                .contains("temporal.address")
-        );
-        assert!(
-            error(&GOOD.replace("Trap = true", "Oops = true"))
-                .contains("`Oops` is not a failure class")
-        );
-        let unknown = error(&GOOD.replace("max_concurrent = 8", "max_concurent = 8"));
-        assert!(
-            unknown.contains("unknown field `max_concurent`"),
-            "{unknown}"
-        );
-        assert!(
-            error("[host]\nmax_concurrent = 0\n")
-                .contains("host.max_concurrent: must be at least 1")
-        );
-        assert!(error("").contains("no [[tenant]]"));
-        assert!(
-            error(&GOOD.replace("max_concurrent = 8", "admin_listen = \"127.0.0.1:7466\""))
-                .contains("host.data_dir: required with host.admin_listen")
-        );
-        assert!(
-            error(&GOOD.replace("max_concurrent = 8", "admin_listen = \"localhost\""))
-                .contains("host.admin_listen: `localhost` is not an address")
-        );
-        assert!(
-            error(&GOOD.replace("name = \"acme\"", "name = \"acme\"\ntoken_sha256 = \"abc\""))
-                .contains("tenant[0] (`acme`).token_sha256: `abc` is not a hex SHA-256")
-        );
-        assert!(
-            error(&GOOD.replace("max_concurrent = 8", "log_format = \"xml\""))
-                .contains("host.log_format: `xml` is not text or json")
-        );
-        assert!(
-            error(&GOOD.replace("components = [\"greeter.wasm\"]", ""))
-                .contains("no component to serve (list some, or set host.admin_listen")
-        );
-        assert!(
-            error(&format!("{GOOD}\n[[tenant]]\nname = \"acme\"\n")).contains("configured twice")
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,139 @@
+//! The engine a tenant serves: Temporal (its worker polls a task queue) or
+//! Aion (the server pushes tasks down a registered worker stream). A tenant
+//! names exactly one.
+
+use serde::Deserialize;
+
+use super::ConfigError;
+
+/// Which engine a tenant's tasks come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Engine {
+    Temporal(TemporalBinding),
+    Aion(AionBinding),
+}
+
+impl Engine {
+    /// One line for logs: where the tenant's tasks come from.
+    pub fn describe(&self) -> String {
+        match self {
+            Engine::Temporal(t) => format!(
+                "Temporal task queue `{}` (namespace `{}`) at {}",
+                t.task_queue, t.namespace, t.address
+            ),
+            Engine::Aion(a) => format!(
+                "Aion task queue `{}` (namespace `{}`) at {}",
+                a.task_queue, a.namespace, a.address
+            ),
+        }
+    }
+}
+
+/// Where a tenant's Temporal worker polls.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemporalBinding {
+    pub address: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    pub task_queue: String,
+}
+
+/// Where a tenant's Aion worker registers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AionBinding {
+    /// The server's gRPC address as a URL (`http://127.0.0.1:50051`).
+    pub address: String,
+    pub namespace: String,
+    pub task_queue: String,
+    /// The locality this worker advertises; empty serves only dispatches
+    /// that are not pinned to a node.
+    pub node: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAion {
+    address: String,
+    #[serde(default = "default_namespace")]
+    namespace: String,
+    #[serde(default = "default_queue")]
+    task_queue: String,
+    #[serde(default)]
+    node: String,
+}
+
+fn default_namespace() -> String {
+    "default".to_owned()
+}
+
+fn default_queue() -> String {
+    "default".to_owned()
+}
+
+/// Checks that a tenant names exactly one engine, and that engine's keys.
+pub(super) fn validate(
+    temporal: Option<TemporalBinding>,
+    aion: Option<RawAion>,
+    key: &dyn Fn(&str) -> String,
+) -> Result<Engine, ConfigError> {
+    match (temporal, aion) {
+        (Some(_), Some(_)) => Err(ConfigError(format!(
+            "{}: a tenant serves one engine; remove `temporal` or `aion`",
+            key("aion")
+        ))),
+        (None, None) => Err(ConfigError(format!(
+            "{}: missing (the engine this tenant serves: `temporal = {{…}}` or `aion = {{…}}`)",
+            key("temporal")
+        ))),
+        (Some(temporal), None) => {
+            if !has_scheme(&temporal.address) {
+                return Err(ConfigError(format!(
+                    "{}: `{}` must be a URL such as http://127.0.0.1:7233",
+                    key("temporal.address"),
+                    temporal.address
+                )));
+            }
+            if temporal.task_queue.is_empty() {
+                return Err(ConfigError(format!(
+                    "{}: must not be empty",
+                    key("temporal.task_queue")
+                )));
+            }
+            Ok(Engine::Temporal(temporal))
+        }
+        (None, Some(aion)) => {
+            // `aion` itself takes `host:port`; accept that spelling too.
+            let address = if has_scheme(&aion.address) {
+                aion.address.clone()
+            } else {
+                format!("http://{}", aion.address)
+            };
+            if address.parse::<hyper::Uri>().is_err() || aion.address.is_empty() {
+                return Err(ConfigError(format!(
+                    "{}: `{}` is not an address such as 127.0.0.1:50051",
+                    key("aion.address"),
+                    aion.address
+                )));
+            }
+            for (field, value) in [
+                ("aion.namespace", &aion.namespace),
+                ("aion.task_queue", &aion.task_queue),
+            ] {
+                if value.is_empty() {
+                    return Err(ConfigError(format!("{}: must not be empty", key(field))));
+                }
+            }
+            Ok(Engine::Aion(AionBinding {
+                address,
+                namespace: aion.namespace,
+                task_queue: aion.task_queue,
+                node: aion.node,
+            }))
+        }
+    }
+}
+
+fn has_scheme(address: &str) -> bool {
+    address.starts_with("http://") || address.starts_with("https://")
+}

@@ -1,0 +1,314 @@
+//! The Aion connector: a corral tenant as an Aion worker. Aion pushes tasks
+//! down one registered bidirectional stream (`aion.WorkerProtocol/
+//! StreamWorker`); this connector registers the tenant's activity types with
+//! JSON Schemas derived from their WIT signatures, answers liveness pings,
+//! renews the connection lease, refuses tasks it has no tenant permit for,
+//! keeps every result until the server acknowledges it (re-reporting the
+//! backlog after a reconnect), reconnects with capped backoff (a drain
+//! reconnects at once), and re-registers when the tenant's activity types
+//! change.
+//!
+//! corral carries its own definition of the protocol (`proto/aion/
+//! worker.proto`): the published `aion-proto-generated` crate pins a
+//! `tonic-prost` that conflicts with Temporal's, and is AGPL-licensed.
+
+mod frames;
+mod stream;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AionBinding;
+use crate::session::{Connector, Inbound, Permit, Permits, Registry, Report, ReportError, TaskKey};
+use frames::Attempt;
+
+/// The protocol's generated client and messages.
+#[allow(clippy::all, clippy::pedantic)]
+pub mod wire {
+    tonic::include_proto!("aion");
+}
+
+/// How long a report waits for the server's acknowledgement before the
+/// session loop retries it.
+const ACK_WAIT: Duration = Duration::from_secs(10);
+/// The least time between two heartbeats of one task.
+const HEARTBEAT_THROTTLE: Duration = Duration::from_millis(250);
+/// Aion's default heartbeat window, until the server states its own.
+const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
+
+/// One tenant's Aion worker.
+pub struct AionConnector {
+    shared: Arc<Shared>,
+    inbound: tokio::sync::Mutex<mpsc::UnboundedReceiver<Inbound>>,
+    driver: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A task accepted from the server and not yet reported.
+struct Held {
+    attempt: Attempt,
+    last_beat: Option<Instant>,
+    _permit: Permit,
+}
+
+/// A result sent and not yet acknowledged, with the (workflow, activity)
+/// pair the acknowledgement names.
+struct Unacked {
+    pair: (String, u64),
+    frame: wire::ActivityResult,
+}
+
+/// What the connector and its stream driver share.
+struct Shared {
+    tenant: String,
+    binding: AionBinding,
+    registry: Arc<Registry>,
+    permits: Permits,
+    max_concurrency: u32,
+    /// The current stream, while one is registered.
+    outbound: Mutex<Option<mpsc::UnboundedSender<wire::WorkerToServer>>>,
+    held: Mutex<HashMap<TaskKey, Held>>,
+    /// Results sent and not yet acknowledged, re-sent on every new stream.
+    unacked: Mutex<HashMap<TaskKey, Unacked>>,
+    acked: Notify,
+    /// A held task was released, or polling stopped.
+    changed: Notify,
+    window: Mutex<Duration>,
+    stopping: CancellationToken,
+    closing: CancellationToken,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    /// Sends a frame on the current stream; without one, the frame is
+    /// dropped (results are kept in `unacked` and re-sent on reconnect).
+    fn send(&self, message: wire::worker_to_server::Message) -> bool {
+        let sender = lock(&self.outbound).clone();
+        sender.is_some_and(|s| {
+            s.send(wire::WorkerToServer {
+                message: Some(message),
+            })
+            .is_ok()
+        })
+    }
+
+    fn heartbeat_every(&self) -> Duration {
+        (*lock(&self.window) / 4).max(HEARTBEAT_THROTTLE)
+    }
+
+    /// Accepts a pushed task when the tenant has a free permit; otherwise
+    /// refuses it, so the server re-parks it for another worker or later.
+    fn accept(&self, task: wire::ActivityTask) -> Option<Inbound> {
+        let (attempt, start) = match frames::task(task, &self.tenant, self.heartbeat_every()) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                tracing::warn!(tenant = %self.tenant, "ignoring a malformed task: {e}");
+                return None;
+            }
+        };
+        let refuse = |reason: String| {
+            tracing::info!(tenant = %self.tenant, activity_type = %start.activity_type, "refusing a task: {reason}");
+            self.send(attempt.refusal(reason));
+            None
+        };
+        if self.stopping.is_cancelled() {
+            return refuse("the worker is shutting down".to_owned());
+        }
+        let Some(permit) = self.permits.try_acquire(&self.tenant) else {
+            return refuse(format!(
+                "tenant `{}` is at its concurrency limit",
+                self.tenant
+            ));
+        };
+        let held = Held {
+            attempt,
+            last_beat: None,
+            _permit: permit,
+        };
+        lock(&self.held).insert(start.key.clone(), held);
+        Some(Inbound::Start(Box::new(start)))
+    }
+
+    /// Every running task of the (workflow, activity) pair the server named.
+    fn keys_of(&self, pair: &(String, u64)) -> Vec<TaskKey> {
+        lock(&self.held)
+            .iter()
+            .filter(|(_, h)| &h.attempt.pair() == pair)
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    fn acknowledge(&self, pair: &(String, u64)) {
+        lock(&self.unacked).retain(|_, u| &u.pair != pair);
+        self.acked.notify_waiters();
+    }
+
+    /// Re-sends every result the server has not acknowledged.
+    fn resend_backlog(&self) -> usize {
+        let backlog: Vec<wire::ActivityResult> = lock(&self.unacked)
+            .values()
+            .map(|u| u.frame.clone())
+            .collect();
+        for frame in &backlog {
+            self.send(wire::worker_to_server::Message::Result(frame.clone()));
+        }
+        backlog.len()
+    }
+
+    fn idle(&self) -> bool {
+        lock(&self.held).is_empty()
+    }
+}
+
+impl AionConnector {
+    /// Registers the tenant's activity types with the server (retrying for
+    /// up to `patience` while it is unreachable), then serves the stream.
+    /// A registration the server refuses is an error naming its reason.
+    pub async fn connect(
+        tenant: &str,
+        binding: &AionBinding,
+        registry: Arc<Registry>,
+        permits: Permits,
+        patience: Duration,
+    ) -> anyhow::Result<Self> {
+        let max_concurrency = permits
+            .tenant_usage(tenant)
+            .map_or(1, |u| u32::try_from(u.limit).unwrap_or(u32::MAX));
+        let shared = Arc::new(Shared {
+            tenant: tenant.to_owned(),
+            binding: binding.clone(),
+            registry,
+            permits,
+            max_concurrency,
+            outbound: Mutex::new(None),
+            held: Mutex::new(HashMap::new()),
+            unacked: Mutex::new(HashMap::new()),
+            acked: Notify::new(),
+            changed: Notify::new(),
+            window: Mutex::new(DEFAULT_WINDOW),
+            stopping: CancellationToken::new(),
+            closing: CancellationToken::new(),
+        });
+        let first = stream::register_patiently(&shared, patience).await?;
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let driver = tokio::spawn(stream::drive(shared.clone(), first, sender));
+        Ok(AionConnector {
+            shared,
+            inbound: tokio::sync::Mutex::new(receiver),
+            driver: Mutex::new(Some(driver)),
+        })
+    }
+}
+
+#[async_trait]
+impl Connector for AionConnector {
+    async fn next(&self) -> Option<Inbound> {
+        let mut inbound = self.inbound.lock().await;
+        loop {
+            let changed = self.shared.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            // Once stopping, cancels still arrive while tasks run.
+            if self.shared.stopping.is_cancelled() && self.shared.idle() {
+                return None;
+            }
+            tokio::select! {
+                received = inbound.recv() => return received,
+                () = changed => {}
+            }
+        }
+    }
+
+    async fn report(&self, key: &TaskKey, report: Report) -> Result<(), ReportError> {
+        let shared = &self.shared;
+        let held = lock(&shared.held).remove(key);
+        let frame = match held {
+            Some(held) => {
+                let frame = held.attempt.result(&report);
+                let unacked = Unacked {
+                    pair: held.attempt.pair(),
+                    frame: frame.clone(),
+                };
+                lock(&shared.unacked).insert(key.clone(), unacked);
+                // The permit goes back with `held`: the task is done.
+                drop(held);
+                shared.changed.notify_waiters();
+                frame
+            }
+            None => match lock(&shared.unacked).get(key) {
+                Some(unacked) => unacked.frame.clone(),
+                None => return Ok(()),
+            },
+        };
+        shared.send(wire::worker_to_server::Message::Result(frame));
+        let give_up = tokio::time::sleep(ACK_WAIT);
+        tokio::pin!(give_up);
+        loop {
+            let acked = shared.acked.notified();
+            tokio::pin!(acked);
+            acked.as_mut().enable();
+            if !lock(&shared.unacked).contains_key(key) {
+                return Ok(());
+            }
+            tokio::select! {
+                () = acked => {}
+                () = &mut give_up => break,
+            }
+        }
+        if shared.closing.is_cancelled() || shared.stopping.is_cancelled() {
+            lock(&shared.unacked).remove(key);
+            return Err(ReportError {
+                retryable: false,
+                message: format!(
+                    "the Aion server did not acknowledge the result within {ACK_WAIT:?} while \
+                     shutting down; it re-dispatches the activity once its heartbeats stop"
+                ),
+            });
+        }
+        Err(ReportError {
+            retryable: true,
+            message: format!("no acknowledgement from the Aion server within {ACK_WAIT:?}"),
+        })
+    }
+
+    fn heartbeat(&self, key: &TaskKey, details: Option<&Value>) {
+        let frame = {
+            let mut held = lock(&self.shared.held);
+            let Some(task) = held.get_mut(key) else {
+                return;
+            };
+            let now = Instant::now();
+            if task
+                .last_beat
+                .is_some_and(|at| now.duration_since(at) < HEARTBEAT_THROTTLE)
+            {
+                return;
+            }
+            task.last_beat = Some(now);
+            task.attempt.heartbeat(details)
+        };
+        self.shared.send(frame);
+    }
+
+    fn stop_polling(&self) {
+        self.shared.stopping.cancel();
+        self.shared.changed.notify_waiters();
+    }
+
+    async fn finish(&self) {
+        self.shared.closing.cancel();
+        let driver = lock(&self.driver).take();
+        if let Some(driver) = driver {
+            let _ = driver.await;
+        }
+    }
+}

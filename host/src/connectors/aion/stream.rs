@@ -1,0 +1,348 @@
+//! The worker stream: register, serve frames until the stream ends, and
+//! reconnect. Tasks already running keep running across a reconnect; their
+//! results are reported on whichever stream is registered when they end.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::Streaming;
+use tonic::metadata::MetadataValue;
+
+use super::wire::worker_protocol_client::WorkerProtocolClient;
+use super::wire::{self, server_to_worker::Message as ServerFrame, worker_to_server::Message};
+use super::{Shared, frames, lock};
+use crate::session::{CancelReason, Inbound};
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// A registered stream.
+pub(super) struct Connection {
+    sender: mpsc::UnboundedSender<wire::WorkerToServer>,
+    frames: Streaming<wire::ServerToWorker>,
+    ack: wire::RegisterAck,
+    /// The activity types it was registered with.
+    registered: Vec<wire::ActivityDescriptor>,
+}
+
+/// Why registering failed.
+pub(super) enum Failed {
+    /// The server could not be reached or the stream broke: try again.
+    Transport(String),
+    /// The server refused the registration (contract mismatch, denied
+    /// namespace, malformed registration): trying again changes nothing
+    /// until the workflow, the component or the configuration does.
+    Refused(String),
+}
+
+impl Failed {
+    fn message(&self) -> &str {
+        match self {
+            Failed::Transport(m) | Failed::Refused(m) => m,
+        }
+    }
+}
+
+/// How a stream ended.
+enum End {
+    /// The server announced a drain: reconnect at once, no backoff.
+    Drained,
+    Dropped(String),
+    /// The tenant's activity types changed and a new registration took
+    /// over.
+    Replaced(Box<Connection>),
+    /// The connector finished.
+    Closed,
+}
+
+/// The first registration: unreachable servers are retried for `patience`,
+/// a refusal is an error at once.
+pub(super) async fn register_patiently(
+    shared: &Shared,
+    patience: Duration,
+) -> anyhow::Result<Connection> {
+    let started = std::time::Instant::now();
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        match register(shared).await {
+            Ok(connection) => return Ok(connection),
+            Err(Failed::Transport(e)) if started.elapsed() + backoff < patience => {
+                tracing::warn!(
+                    "cannot reach the Aion server at {} yet, retrying in {backoff:?}: {e}",
+                    shared.binding.address
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            Err(Failed::Transport(e)) => {
+                return Err(anyhow::anyhow!(e)).with_context(|| {
+                    format!(
+                        "tenant `{}`: cannot reach the Aion server at {} (is `aion server` running?)",
+                        shared.tenant, shared.binding.address
+                    )
+                });
+            }
+            Err(Failed::Refused(e)) => return Err(anyhow::anyhow!(e)),
+        }
+    }
+}
+
+/// Opens a stream and registers the tenant's current activity types.
+async fn register(shared: &Shared) -> Result<Connection, Failed> {
+    let binding = &shared.binding;
+    let endpoint = tonic::transport::Endpoint::from_shared(binding.address.clone())
+        .map_err(|e| Failed::Refused(format!("`{}`: {e}", binding.address)))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| Failed::Transport(format!("{e}: {}", source_chain(&e))))?;
+    let registered = frames::descriptors(&shared.registry, &shared.tenant);
+    let (sender, receiver) = mpsc::unbounded_channel();
+    // The server reads the registration before it answers the call.
+    let _ = sender.send(wire::WorkerToServer {
+        message: Some(Message::Register(wire::RegisterWorker {
+            namespaces: vec![binding.namespace.clone()],
+            activity_types: registered.iter().map(|d| d.name.clone()).collect(),
+            task_queue: binding.task_queue.clone(),
+            node: binding.node.clone(),
+            activities: registered.clone(),
+            identity: super::super::identity(),
+            max_concurrency: Some(shared.max_concurrency),
+        })),
+    });
+    let mut request = tonic::Request::new(UnboundedReceiverStream::new(receiver));
+    for (key, value) in [
+        ("x-aion-namespaces", binding.namespace.as_str()),
+        ("x-aion-subject", "corral"),
+    ] {
+        let value = MetadataValue::try_from(value)
+            .map_err(|_| Failed::Refused(format!("`{value}` cannot be sent as gRPC metadata")))?;
+        request.metadata_mut().insert(key, value);
+    }
+    let refused = |status: tonic::Status| {
+        let message = format!(
+            "tenant `{}`: the Aion server at {} refused to register task queue `{}` \
+             (namespace `{}`): {:?}: {}",
+            shared.tenant,
+            binding.address,
+            binding.task_queue,
+            binding.namespace,
+            status.code(),
+            status.message()
+        );
+        match status.code() {
+            tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
+                Failed::Transport(message)
+            }
+            _ => Failed::Refused(message),
+        }
+    };
+    let mut frames = WorkerProtocolClient::new(channel)
+        .stream_worker(request)
+        .await
+        .map_err(refused)?
+        .into_inner();
+    let ack = match frames.message().await.map_err(refused)? {
+        Some(wire::ServerToWorker {
+            message: Some(ServerFrame::RegisterAck(ack)),
+        }) => ack,
+        other => {
+            return Err(Failed::Transport(format!(
+                "the Aion server answered the registration with {other:?}, not an acknowledgement"
+            )));
+        }
+    };
+    if ack.accepted_max_concurrency != shared.max_concurrency {
+        tracing::warn!(
+            tenant = %shared.tenant,
+            "the Aion server recorded a concurrency of {} for this worker, not {}",
+            ack.accepted_max_concurrency,
+            shared.max_concurrency
+        );
+    }
+    Ok(Connection {
+        sender,
+        frames,
+        ack,
+        registered,
+    })
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut source = e.source();
+    while let Some(s) = source {
+        parts.push(s.to_string());
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
+/// Serves streams until the connector finishes: reconnects with capped
+/// exponential backoff after a drop, at once after a drain.
+pub(super) async fn drive(
+    shared: Arc<Shared>,
+    first: Connection,
+    inbound: mpsc::UnboundedSender<Inbound>,
+) {
+    let mut connection = first;
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let end = serve(&shared, connection, &inbound).await;
+        *lock(&shared.outbound) = None;
+        let mut wait = match end {
+            End::Closed => return,
+            End::Replaced(next) => {
+                connection = *next;
+                continue;
+            }
+            End::Drained => {
+                tracing::info!(tenant = %shared.tenant, "the Aion server drained this worker; reconnecting");
+                backoff = FIRST_BACKOFF;
+                FIRST_BACKOFF
+            }
+            End::Dropped(e) => {
+                tracing::warn!(tenant = %shared.tenant, "the Aion stream dropped: {e}");
+                backoff
+            }
+        };
+        connection = loop {
+            tokio::select! {
+                () = shared.closing.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+            match register(&shared).await {
+                Ok(connection) => break connection,
+                Err(failed) => {
+                    let message = failed.message().to_owned();
+                    match failed {
+                        Failed::Refused(_) => tracing::error!(tenant = %shared.tenant, "{message}"),
+                        Failed::Transport(_) => tracing::warn!(
+                            tenant = %shared.tenant,
+                            "reconnecting to the Aion server failed, retrying in {:?}: {message}",
+                            (backoff * 2).min(MAX_BACKOFF)
+                        ),
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    wait = backoff;
+                }
+            }
+        };
+        backoff = FIRST_BACKOFF;
+    }
+}
+
+/// Serves one registered stream until it ends.
+async fn serve(
+    shared: &Shared,
+    connection: Connection,
+    inbound: &mpsc::UnboundedSender<Inbound>,
+) -> End {
+    let Connection {
+        sender,
+        mut frames,
+        ack,
+        registered,
+    } = connection;
+    let window = Duration::from_millis(ack.heartbeat_window_ms);
+    if !window.is_zero() {
+        *lock(&shared.window) = window;
+    }
+    *lock(&shared.outbound) = Some(sender.clone());
+    let resent = shared.resend_backlog();
+    tracing::info!(
+        tenant = %shared.tenant,
+        worker_id = ack.worker_id,
+        "registered with the Aion server ({} activity type(s), heartbeat window {:?}{})",
+        registered.len(),
+        *lock(&shared.window),
+        if resent > 0 { format!(", {resent} unacknowledged result(s) re-reported") } else { String::new() }
+    );
+    let mut lease = tokio::time::interval(shared.heartbeat_every());
+    let mut changes = shared.registry.subscribe();
+    changes.mark_unchanged();
+    let mut drained = false;
+    loop {
+        tokio::select! {
+            () = shared.closing.cancelled() => return End::Closed,
+            _ = lease.tick() => {
+                // Without ids a heartbeat renews the connection's lease.
+                shared.send(Message::Heartbeat(wire::Heartbeat::default()));
+            }
+            Ok(()) = changes.changed() => {
+                let now = frames::descriptors(&shared.registry, &shared.tenant);
+                if now != registered {
+                    match register(shared).await {
+                        Ok(next) => return End::Replaced(Box::new(next)),
+                        Err(failed) => tracing::error!(
+                            tenant = %shared.tenant,
+                            "the new activity types are not served on Aion (still serving the previous ones): {}",
+                            failed.message()
+                        ),
+                    }
+                }
+            }
+            frame = frames.message() => match frame {
+                Ok(Some(wire::ServerToWorker { message: Some(frame) })) => {
+                    if let Some(drain) = handle(shared, frame, inbound) {
+                        drained |= drain;
+                    }
+                }
+                Ok(Some(_)) => tracing::warn!(tenant = %shared.tenant, "an empty frame from the Aion server"),
+                Ok(None) if drained => return End::Drained,
+                Ok(None) => return End::Dropped("the server closed the stream".to_owned()),
+                Err(_) if drained => return End::Drained,
+                Err(status) => return End::Dropped(format!("{:?}: {}", status.code(), status.message())),
+            },
+        }
+    }
+}
+
+/// Acts on one server frame; `Some(true)` for a drain.
+fn handle(
+    shared: &Shared,
+    frame: ServerFrame,
+    inbound: &mpsc::UnboundedSender<Inbound>,
+) -> Option<bool> {
+    match frame {
+        ServerFrame::Task(task) => {
+            if let Some(start) = shared.accept(task) {
+                let _ = inbound.send(start);
+            }
+        }
+        ServerFrame::CancelActivity(cancel) => {
+            let pair = (
+                cancel.workflow_id.map(|w| w.uuid).unwrap_or_default(),
+                cancel.activity_id.map_or(0, |a| a.sequence_position),
+            );
+            for key in shared.keys_of(&pair) {
+                let _ = inbound.send(Inbound::Cancel {
+                    key,
+                    reason: CancelReason::Requested,
+                });
+            }
+        }
+        ServerFrame::ResultAck(ack) => {
+            let pair = (
+                ack.workflow_id.map(|w| w.uuid).unwrap_or_default(),
+                ack.activity_id.map_or(0, |a| a.sequence_position),
+            );
+            shared.acknowledge(&pair);
+        }
+        ServerFrame::LivenessPing(ping) => {
+            shared.send(Message::LivenessAnswer(wire::LivenessAnswer {
+                liveness_ping: ping.liveness_ping,
+            }));
+        }
+        ServerFrame::Drain(_) => return Some(true),
+        ServerFrame::RegisterAck(_) => {
+            tracing::warn!(tenant = %shared.tenant, "a second registration acknowledgement on one stream; ignored");
+        }
+    }
+    None
+}
