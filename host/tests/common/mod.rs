@@ -4,6 +4,7 @@
 
 pub mod activities;
 pub mod admin;
+pub mod aion;
 pub mod processes;
 
 use std::path::PathBuf;

@@ -16,7 +16,7 @@ pub fn free_port() -> u16 {
 
 /// Runs `program args…` under a shell watchdog that kills it when this test
 /// process exits, however it exits.
-fn spawn_watched(program: &str, args: &[String], stdout: Stdio, stderr: Stdio) -> Child {
+pub fn spawn_watched(program: &str, args: &[String], stdout: Stdio, stderr: Stdio) -> Child {
     let quoted: Vec<String> = std::iter::once(program.to_owned())
         .chain(args.iter().cloned())
         .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
@@ -38,7 +38,7 @@ fn spawn_watched(program: &str, args: &[String], stdout: Stdio, stderr: Stdio) -
         .unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
 }
 
-fn stop(child: &mut Child, grace: Duration) {
+pub fn stop(child: &mut Child, grace: Duration) {
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
@@ -233,4 +233,29 @@ impl Drop for Corral {
     fn drop(&mut self) {
         stop(&mut self.child, Duration::from_secs(15));
     }
+}
+
+/// `GET /metrics` from a corral on `port`.
+pub fn scrape(port: u16) -> String {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())",
+            &format!("http://127.0.0.1:{port}/metrics"),
+        ])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The value of one sample line (`name{labels}`) in a Prometheus scrape.
+pub fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
 }

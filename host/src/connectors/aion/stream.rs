@@ -48,7 +48,9 @@ impl Failed {
 
 /// How a stream ended.
 enum End {
-    /// The server announced a drain: reconnect at once, no backoff.
+    /// The server announced a drain and everything this worker held is
+    /// reported and acknowledged (or the stream ended): reconnect from the
+    /// first backoff.
     Drained,
     Dropped(String),
     /// The tenant's activity types changed and a new registration took
@@ -100,7 +102,7 @@ async fn register(shared: &Shared) -> Result<Connection, Failed> {
     let channel = endpoint
         .connect()
         .await
-        .map_err(|e| Failed::Transport(format!("{e}: {}", source_chain(&e))))?;
+        .map_err(|e| Failed::Transport(with_sources(&e)))?;
     let registered = frames::descriptors(&shared.registry, &shared.tenant);
     let (sender, receiver) = mpsc::unbounded_channel();
     // The server reads the registration before it answers the call.
@@ -173,14 +175,19 @@ async fn register(shared: &Shared) -> Result<Connection, Failed> {
     })
 }
 
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut parts = Vec::new();
+/// An error with its causes, each said once (tonic's transport errors
+/// repeat their source's text in their own).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
-        parts.push(s.to_string());
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text = format!("{text}: {part}");
+        }
         source = s.source();
     }
-    parts.join(": ")
+    text
 }
 
 /// Serves streams until the connector finishes: reconnects with capped
@@ -202,7 +209,7 @@ pub(super) async fn drive(
                 continue;
             }
             End::Drained => {
-                tracing::info!(tenant = %shared.tenant, "the Aion server drained this worker; reconnecting");
+                tracing::info!(tenant = %shared.tenant, "drained: everything reported; registering again");
                 backoff = FIRST_BACKOFF;
                 FIRST_BACKOFF
             }
@@ -270,6 +277,9 @@ async fn serve(
     loop {
         tokio::select! {
             () = shared.closing.cancelled() => return End::Closed,
+            // Drained and done: close this stream (the server waits for it)
+            // and register again, with the restarted server or another.
+            () = settled(shared), if drained => return End::Drained,
             _ = lease.tick() => {
                 // Without ids a heartbeat renews the connection's lease.
                 shared.send(Message::Heartbeat(wire::Heartbeat::default()));
@@ -299,6 +309,24 @@ async fn serve(
                 Err(_) if drained => return End::Drained,
                 Err(status) => return End::Dropped(format!("{:?}: {}", status.code(), status.message())),
             },
+        }
+    }
+}
+
+/// Returns once no task is held and every result is acknowledged.
+async fn settled(shared: &Shared) {
+    loop {
+        let changed = shared.changed.notified();
+        let acked = shared.acked.notified();
+        tokio::pin!(changed, acked);
+        changed.as_mut().enable();
+        acked.as_mut().enable();
+        if shared.idle() && lock(&shared.unacked).is_empty() {
+            return;
+        }
+        tokio::select! {
+            () = changed => {}
+            () = acked => {}
         }
     }
 }
@@ -339,7 +367,10 @@ fn handle(
                 liveness_ping: ping.liveness_ping,
             }));
         }
-        ServerFrame::Drain(_) => return Some(true),
+        ServerFrame::Drain(_) => {
+            tracing::info!(tenant = %shared.tenant, "the Aion server is draining this worker: finishing and reporting what runs here");
+            return Some(true);
+        }
         ServerFrame::RegisterAck(_) => {
             tracing::warn!(tenant = %shared.tenant, "a second registration acknowledgement on one stream; ignored");
         }

@@ -6,7 +6,8 @@
 //! Inputs are an object of named parameters. Input names are spelled in
 //! snake_case (`max_len`: what JSON writers and Aion's AWL use; the
 //! converter also accepts the WIT kebab-case and camelCase), outputs carry
-//! the WIT names the converter produces. `s64` and `u64`
+//! the WIT names the converter produces. Likewise input enum cases are
+//! also listed in PascalCase (`Formal`), which the converter accepts. `s64` and `u64`
 //! carry no upper bound (JSON numbers past them are refused when a task
 //! arrives, naming the path) so that they match engines' plain integers.
 
@@ -30,6 +31,31 @@ impl Side {
             Side::Input => wit.replace('-', "_"),
             Side::Output => wit.to_owned(),
         }
+    }
+
+    /// The strings that name enum cases, flags and payload-less variant
+    /// cases: inputs also take them in PascalCase (`very-formal` as
+    /// `VeryFormal`, AWL's spelling), outputs produce the WIT names.
+    fn names<'a>(self, wit: impl Iterator<Item = &'a str>) -> Vec<String> {
+        let wit: Vec<String> = wit.map(str::to_owned).collect();
+        let mut names = wit.clone();
+        if self == Side::Input {
+            for name in &wit {
+                let pascal: String = name
+                    .split('-')
+                    .map(|word| {
+                        let mut chars = word.chars();
+                        chars.next().map_or_else(String::new, |first| {
+                            first.to_ascii_uppercase().to_string() + chars.as_str()
+                        })
+                    })
+                    .collect();
+                if !names.contains(&pascal) {
+                    names.push(pascal);
+                }
+            }
+        }
+        names
     }
 }
 
@@ -68,25 +94,27 @@ fn object(properties: Map<String, Value>, required: Vec<Value>) -> Value {
     })
 }
 
-fn integer(min: i64, max: Option<u64>) -> Value {
-    let mut schema = json!({ "type": "integer", "minimum": min });
-    if let Some(max) = max {
-        schema["maximum"] = json!(max);
+impl Side {
+    /// An integer type: bounded where it is produced.
+    fn integer(self, min: i64, max: u64) -> Value {
+        match self {
+            Side::Input => json!({ "type": "integer" }),
+            Side::Output => json!({ "type": "integer", "minimum": min, "maximum": max }),
+        }
     }
-    schema
 }
 
 fn schema(ty: &Type, side: Side) -> Value {
     match ty {
         Type::Bool => json!({ "type": "boolean" }),
-        Type::S8 => integer(i8::MIN.into(), Some(i8::MAX as u64)),
-        Type::U8 => integer(0, Some(u8::MAX.into())),
-        Type::S16 => integer(i16::MIN.into(), Some(i16::MAX as u64)),
-        Type::U16 => integer(0, Some(u16::MAX.into())),
-        Type::S32 => integer(i32::MIN.into(), Some(i32::MAX as u64)),
-        Type::U32 => integer(0, Some(u32::MAX.into())),
-        Type::S64 => json!({ "type": "integer" }),
-        Type::U64 => integer(0, None),
+        Type::S8 => side.integer(i8::MIN.into(), i8::MAX as u64),
+        Type::U8 => side.integer(0, u8::MAX.into()),
+        Type::S16 => side.integer(i16::MIN.into(), i16::MAX as u64),
+        Type::U16 => side.integer(0, u16::MAX.into()),
+        Type::S32 => side.integer(i32::MIN.into(), i32::MAX as u64),
+        Type::U32 => side.integer(0, u32::MAX.into()),
+        Type::S64 => side.integer(i64::MIN, i64::MAX as u64),
+        Type::U64 => side.integer(0, u64::MAX),
         // Non-finite values travel as "NaN", "Infinity", "-Infinity".
         Type::Float32 | Type::Float64 => json!({ "type": "number" }),
         Type::Char => json!({ "type": "string", "minLength": 1, "maxLength": 1 }),
@@ -95,7 +123,7 @@ fn schema(ty: &Type, side: Side) -> Value {
             Side::Output => json!({ "type": "string", "contentEncoding": "base64" }),
             Side::Input => json!({ "anyOf": [
                 { "type": "string", "contentEncoding": "base64" },
-                { "type": "array", "items": integer(0, Some(255)) },
+                { "type": "array", "items": side.integer(0, 255) },
             ]}),
         },
         Type::List(list) => json!({ "type": "array", "items": schema(&list.ty(), side) }),
@@ -140,16 +168,22 @@ fn schema(ty: &Type, side: Side) -> Value {
             })
         }
         Type::Variant(variant) => {
-            let cases: Vec<Value> = variant
+            // Cases without a payload are strings: one string enum, so an
+            // engine's plain enum type matches it.
+            let names = side.names(variant.cases().filter(|c| c.ty.is_none()).map(|c| c.name));
+            let mut cases: Vec<Value> = variant
                 .cases()
-                .map(|case| match case.ty {
-                    None => json!({ "const": case.name }),
-                    Some(ty) => single(case.name, schema(&ty, side)),
-                })
+                .filter_map(|case| Some(single(case.name, schema(&case.ty?, side))))
                 .collect();
-            json!({ "anyOf": cases })
+            if !names.is_empty() {
+                cases.insert(0, json!({ "type": "string", "enum": names }));
+            }
+            match <[Value; 1]>::try_from(cases) {
+                Ok([only]) => only,
+                Err(cases) => json!({ "anyOf": cases }),
+            }
         }
-        Type::Enum(e) => json!({ "type": "string", "enum": e.names().collect::<Vec<_>>() }),
+        Type::Enum(e) => json!({ "type": "string", "enum": side.names(e.names()) }),
         Type::Option(option) => {
             json!({ "anyOf": [schema(&option.ty(), side), { "type": "null" }] })
         }
@@ -160,7 +194,7 @@ fn schema(ty: &Type, side: Side) -> Value {
         }
         Type::Flags(flags) => json!({
             "type": "array",
-            "items": { "type": "string", "enum": flags.names().collect::<Vec<_>>() },
+            "items": { "type": "string", "enum": side.names(flags.names()) },
             "uniqueItems": true,
         }),
         // Resources, futures and streams are refused when a component loads:
@@ -204,11 +238,8 @@ mod tests {
             json!({
                 "type": "object",
                 "properties": {
-                    "max_len": { "type": "integer", "minimum": 0, "maximum": 4294967295u64 },
-                    "tag": { "anyOf": [
-                        { "type": "integer", "minimum": -128, "maximum": 127 },
-                        { "type": "null" },
-                    ]},
+                    "max_len": { "type": "integer" },
+                    "tag": { "anyOf": [{ "type": "integer" }, { "type": "null" }] },
                 },
                 "required": ["max_len"],
                 "additionalProperties": false,

@@ -1,0 +1,175 @@
+//! A real Aion server (`aion server`, from `cargo install aion-cli`) on
+//! loopback ports with its own home directory, and its CLI.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::processes::{free_port, spawn_watched, stop};
+
+/// The liveness window the test servers use, so heartbeat tests are short.
+pub const HEARTBEAT_WINDOW_MS: u64 = 2000;
+
+pub struct AionServer {
+    pub grpc: u16,
+    http: u16,
+    home: PathBuf,
+    child: Child,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl AionServer {
+    pub fn start() -> AionServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut server = AionServer::start_in(dir.path(), free_port(), free_port());
+        server._dir = Some(dir);
+        server
+    }
+
+    /// Starts (or restarts) a server whose state lives in `home`.
+    pub fn start_in(home: &Path, grpc: u16, http: u16) -> AionServer {
+        if Command::new("aion").arg("--version").output().is_err() {
+            panic!(
+                "the `aion` CLI is missing: cargo install aion-cli --locked --version 0.31.0 \
+                 (tests/setup.sh installs it)"
+            );
+        }
+        let config = home.join("server.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[worker]\nheartbeat_window = {HEARTBEAT_WINDOW_MS}\n[deploy]\nenabled = true\n"
+            ),
+        )
+        .expect("write the server config");
+        // `env` execs `aion`: the watchdog's signals reach the server.
+        let args: Vec<String> = [
+            &format!("AION_HOME={}", home.display()),
+            "aion",
+            "server",
+            "--config",
+            &config.display().to_string(),
+            "--grpc-address",
+            &format!("127.0.0.1:{grpc}"),
+            "--listen-address",
+            &format!("127.0.0.1:{http}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(home.join("server.log"))
+            .expect("server log");
+        let child = spawn_watched(
+            "env",
+            &args,
+            Stdio::from(log.try_clone().expect("log")),
+            Stdio::from(log),
+        );
+        let server = AionServer {
+            grpc,
+            http,
+            home: home.to_owned(),
+            child,
+            _dir: None,
+        };
+        server.wait_ready();
+        server
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.grpc)
+    }
+
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    pub fn http(&self) -> u16 {
+        self.http
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while Instant::now() < deadline {
+            if live(self.http) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!(
+            "aion server did not become ready in 90s; its log:\n{}",
+            self.log()
+        );
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.home.join("server.log")).unwrap_or_default()
+    }
+
+    /// Runs the `aion` CLI against this server.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new("aion")
+            .env("AION_HOME", &self.home)
+            .args(["--endpoint", &self.address()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the aion CLI runs")
+    }
+
+    /// `aion run FILE --input JSON`: deploys, starts and awaits a workflow.
+    /// Returns the printed result document and the exit status.
+    pub fn run(&self, awl: &Path, input: &str) -> (Option<Value>, Output) {
+        let out = self.cli(&[
+            "run",
+            &awl.display().to_string(),
+            "--input",
+            input,
+            "--timeout",
+            "120s",
+        ]);
+        let json = serde_json::from_slice(&out.stdout).ok();
+        (json, out)
+    }
+
+    /// Stops the server with SIGTERM (a drain), keeping its state.
+    pub fn stop(&mut self) {
+        stop(&mut self.child, Duration::from_secs(30));
+    }
+}
+
+impl Drop for AionServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Whether the server's HTTP listener answers `/health/live` with 200.
+fn live(port: u16) -> bool {
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /health/live HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
+}
+
+/// Writes an AWL document into `dir`.
+pub fn awl(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.awl"));
+    std::fs::write(&path, text).expect("write the workflow");
+    path
+}
