@@ -1,5 +1,5 @@
 //! Generates the admin API's Rust types from `proto/corral/v1/*.proto`, and
-//! the client side of Aion's worker protocol from `proto/aion/worker.proto`,
+//! Aion's worker protocol from `proto/aion/worker.proto`,
 //! with a pure-Rust protobuf compiler, so building corral needs no `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -10,8 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", file.display());
     }
     tonic_prost_build::configure().compile_fds(protox::compile([&admin], [&proto_dir])?)?;
-    tonic_prost_build::configure()
-        .build_server(false)
-        .compile_fds(protox::compile([&aion], [&proto_dir])?)?;
+    // The server side serves the connector's unit tests.
+    tonic_prost_build::configure().compile_fds(protox::compile([&aion], [&proto_dir])?)?;
     Ok(())
 }

@@ -312,3 +312,6 @@ impl Connector for AionConnector {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,234 @@
+//! The connector against a scripted Aion server (a real gRPC server in this
+//! process): liveness answers, refusals at the tenant's limit, and a result
+//! the server never acknowledged re-reported on the next stream.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::wire::worker_protocol_server::{WorkerProtocol, WorkerProtocolServer};
+use super::wire::{self, server_to_worker::Message as Down, worker_to_server::Message as Up};
+use super::*;
+use crate::config::AionBinding;
+use crate::sandbox::{Sandbox, SandboxConfig, Tenant};
+use crate::session::{Permits, Registry, Session};
+
+/// Every frame a worker sent, with the number of the stream it came on.
+type Seen = Arc<Mutex<Vec<(usize, Up)>>>;
+
+struct Scripted {
+    streams: AtomicUsize,
+    seen: Seen,
+}
+
+fn task(token: &str) -> Down {
+    Down::Task(wire::ActivityTask {
+        workflow_id: Some(wire::WorkflowId { uuid: "w".into() }),
+        activity_id: Some(wire::ActivityId {
+            sequence_position: 1,
+        }),
+        activity_type: "answer".into(),
+        input: Some(frames::payload(&serde_json::json!({}))),
+        attempt: 1,
+        run_id: Some(wire::RunId { uuid: "r".into() }),
+        completion_token: token.into(),
+    })
+}
+
+#[tonic::async_trait]
+impl WorkerProtocol for Scripted {
+    type StreamWorkerStream =
+        Pin<Box<dyn tokio_stream::Stream<Item = Result<wire::ServerToWorker, Status>> + Send>>;
+
+    async fn stream_worker(
+        &self,
+        request: Request<Streaming<wire::WorkerToServer>>,
+    ) -> Result<Response<Self::StreamWorkerStream>, Status> {
+        let mut up = request.into_inner();
+        let Some(wire::WorkerToServer {
+            message: Some(Up::Register(register)),
+        }) = up.message().await?
+        else {
+            return Err(Status::invalid_argument("register first"));
+        };
+        assert_eq!(register.max_concurrency, Some(1));
+        assert_eq!(register.activity_types, ["answer"]);
+        let stream = self.streams.fetch_add(1, Ordering::SeqCst);
+        let (down, receiver) = mpsc::unbounded_channel();
+        let send = move |frame: Down| {
+            let _ = down.send(Ok(wire::ServerToWorker {
+                message: Some(frame),
+            }));
+        };
+        send(Down::RegisterAck(wire::RegisterAck {
+            worker_id: 1,
+            namespace: "default".into(),
+            heartbeat_window_ms: 2000,
+            accepted_max_concurrency: 1,
+        }));
+        if stream == 0 {
+            send(Down::LivenessPing(wire::LivenessPing {
+                liveness_ping: 7,
+                silence_window_ms: 2000,
+            }));
+            send(task("t1"));
+            // Over the limit of one: refused, not queued.
+            send(task("t2"));
+        }
+        let seen = self.seen.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(wire::WorkerToServer {
+                message: Some(frame),
+            })) = up.message().await
+            {
+                let result = matches!(frame, Up::Result(_));
+                seen.lock().unwrap().push((stream, frame));
+                if result && stream == 0 {
+                    // The first stream breaks before acknowledging.
+                    return;
+                }
+                if result {
+                    send(Down::ResultAck(wire::ResultAck {
+                        workflow_id: Some(wire::WorkflowId { uuid: "w".into() }),
+                        activity_id: Some(wire::ActivityId {
+                            sequence_position: 1,
+                        }),
+                    }));
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(
+            receiver,
+        ))))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unacknowledged_result_is_reported_again_on_the_next_stream() {
+    let seen: Seen = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(WorkerProtocolServer::new(Scripted {
+                streams: AtomicUsize::new(0),
+                seen: seen.clone(),
+            }))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+
+    let sandbox = Sandbox::new(SandboxConfig {
+        max_instances: 4,
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let component = sandbox
+        .load(
+            &wat::parse_str(
+                r#"(component
+                    (core module $m (func (export "answer") (result i32) i32.const 42))
+                    (core instance $i (instantiate $m))
+                    (func (export "answer") (result u32) (canon lift (core func $i "answer"))))"#,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    let registry = Arc::new(Registry::default());
+    let tenant = Tenant {
+        name: "t".into(),
+        ..Tenant::default()
+    };
+    registry.set_tenant(tenant, &[component], &[]).unwrap();
+    let permits = Permits::new(4, [("t".to_owned(), 1)]);
+    let binding = AionBinding {
+        address: format!("http://{address}"),
+        namespace: "default".into(),
+        task_queue: "q".into(),
+        node: String::new(),
+    };
+    let connector = AionConnector::connect(
+        "t",
+        &binding,
+        registry.clone(),
+        permits.clone(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let session = Session::new(sandbox, registry, Default::default(), permits);
+    let shutdown = CancellationToken::new();
+    let serving = tokio::spawn({
+        let (session, shutdown) = (session.clone(), shutdown.clone());
+        async move {
+            session
+                .serve(Arc::new(connector), shutdown, Duration::from_secs(1))
+                .await
+        }
+    });
+
+    let reported_again = || {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|(stream, frame)| *stream == 1 && matches!(frame, Up::Result(_)))
+    };
+    for _ in 0..200 {
+        if reported_again() && session.in_flight_count() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reported_again(), "{:?}", seen.lock().unwrap());
+    assert_eq!(
+        session.in_flight_count(),
+        0,
+        "acknowledged on the second stream"
+    );
+    let frames = seen.lock().unwrap().clone();
+    // Re-sent as the new stream's first frame (before its first lease
+    // heartbeat), not by the session loop retrying after a timeout.
+    let first_on_new = frames.iter().find(|(s, _)| *s == 1).map(|(_, f)| f);
+    assert!(
+        matches!(first_on_new, Some(Up::Result(_))),
+        "{first_on_new:?}"
+    );
+    assert!(
+        frames
+            .iter()
+            .any(|(s, f)| *s == 0 && matches!(f, Up::LivenessAnswer(a) if a.liveness_ping == 7))
+    );
+    assert!(
+        frames
+            .iter()
+            .any(|(s, f)| *s == 0 && matches!(f, Up::TaskRefused(r) if r.completion_token == "t2"))
+    );
+    let results: Vec<&wire::ActivityResult> = frames
+        .iter()
+        .filter_map(|(_, f)| match f {
+            Up::Result(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert!(results.len() >= 2, "{results:?}");
+    for result in results {
+        assert_eq!(result.completion_token, "t1");
+        assert_eq!(result.run_id.as_ref().map(|r| r.uuid.as_str()), Some("r"));
+        let Some(wire::activity_result::Outcome::Result(payload)) = &result.outcome else {
+            panic!("{result:?}")
+        };
+        assert_eq!(payload.bytes, b"42");
+    }
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("the session stops")
+        .unwrap();
+    server.abort();
+}
