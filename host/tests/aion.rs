@@ -444,3 +444,60 @@ fn one_host_serves_a_temporal_tenant_and_an_aion_tenant_at_once() {
         "Hallo, Ada!"
     );
 }
+
+#[test]
+fn a_deploy_while_serving_registers_the_new_activity_types_with_aion() {
+    use common::admin::token;
+
+    let server = AionServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let admin = free_port();
+    let acme = token();
+    let greeter = format!("{:?}", example("greeter").display().to_string());
+    let corral = Corral::serve(&format!(
+        r#"
+        [host]
+        admin_listen = "127.0.0.1:{admin}"
+        data_dir = {:?}
+        [[tenant]]
+        name = "acme"
+        token_sha256 = "{}"
+        aion = {{ address = "{}", task_queue = "corral" }}
+        components = [{greeter}]
+        aliases = {{ greet = "demo:greeter/api.greet" }}
+        "#,
+        data.path().display().to_string(),
+        acme.sha256,
+        server.address(),
+    ));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["deploy", &example("progress").display().to_string()])
+        .args(["--alias", "count_to=demo:progress/api.count-to"])
+        .env("CORRAL_ENDPOINT", format!("http://127.0.0.1:{admin}"))
+        .env("CORRAL_TOKEN", &acme.token)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+
+    let dir = tempfile::tempdir().unwrap();
+    let count = awl(
+        dir.path(),
+        "count_new",
+        "//! Calls an activity type deployed while corral serves.\n\
+         workflow count_new\n  outcome done: type Int, route success\n\
+         worker corral\n  action count_to(target: Int, step_ms: Int) -> Int\n\
+         step call\n  count_to(target: 3, step_ms: 10) -> reply\n  route done(reply)\n",
+    );
+    let (result, out) = server.run(&count, "{}");
+    assert!(out.status.success(), "{}\n{}", text(&out), corral.stderr());
+    assert_eq!(result.expect("a result document")["result"]["payload"], 3);
+    assert_eq!(
+        corral
+            .stderr()
+            .matches("registered with the Aion server")
+            .count(),
+        2,
+        "registered again after the deploy:\n{}",
+        corral.stderr()
+    );
+}
