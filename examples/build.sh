@@ -12,7 +12,7 @@ flock 9
 
 target="${CARGO_TARGET_DIR:-$here/target}"
 cargo build --quiet --release --target wasm32-wasip2 --manifest-path "$here/Cargo.toml" --target-dir "$target"
-for name in greeter progress files misbehave echo; do
+for name in greeter progress files misbehave echo fetch; do
   cp -p "$target/wasm32-wasip2/release/$name.wasm" "$dist/$name.wasm.tmp"
   mv "$dist/$name.wasm.tmp" "$dist/$name.wasm"
 done

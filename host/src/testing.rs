@@ -107,6 +107,19 @@ impl TestHostBuilder {
         self
     }
 
+    /// Lets the guest send HTTP requests (`wasi:http`) to `host`
+    /// (`api.example.com`, `127.0.0.1:8080`, `*.example.com`).
+    ///
+    /// # Panics
+    /// When `host` is not a valid grant.
+    pub fn http_host(mut self, host: &str) -> Self {
+        let grant = host.parse().unwrap_or_else(|e| panic!("http_host: {e}"));
+        let mut hosts = self.tenant.capabilities.http_hosts.to_vec();
+        hosts.push(grant);
+        self.tenant.capabilities.http_hosts = hosts.into();
+        self
+    }
+
     /// Largest total JSON input, in bytes.
     pub fn max_input(mut self, bytes: usize) -> Self {
         self.tenant.limits.max_input = bytes;
@@ -189,21 +202,27 @@ impl TestHost {
     /// Loads a component file.
     pub fn load_file(&self, path: impl AsRef<Path>) -> Result<TestComponent, LoadError> {
         let component = self.sandbox.load_file(path.as_ref())?;
-        Ok(self.wrap(component))
+        self.wrap(component)
     }
 
     /// Loads a component from bytes.
     pub fn load_bytes(&self, bytes: &[u8]) -> Result<TestComponent, LoadError> {
         let component = self.sandbox.load(bytes)?;
-        Ok(self.wrap(component))
+        self.wrap(component)
     }
 
-    fn wrap(&self, component: Arc<LoadedComponent>) -> TestComponent {
-        TestComponent {
+    /// A component importing what the tenant is not granted is refused,
+    /// as the host refuses it.
+    fn wrap(&self, component: Arc<LoadedComponent>) -> Result<TestComponent, LoadError> {
+        self.tenant
+            .capabilities
+            .check_imports(&component.imports)
+            .map_err(|e| LoadError::NotGranted(e.0))?;
+        Ok(TestComponent {
             sandbox: self.sandbox.clone(),
             tenant: self.tenant.clone(),
             component,
-        }
+        })
     }
 
     /// The underlying sandbox.

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use corral::sandbox::{
-    Capabilities, DirGrant, LogLevel, Sandbox, Stream, Task, TaskInfo, TaskObserver, Tenant,
-    parse_bytes, parse_duration,
+    Capabilities, DirGrant, HttpHost, LogLevel, Sandbox, Stream, Task, TaskInfo, TaskObserver,
+    Tenant, parse_bytes, parse_duration,
 };
 
 use super::{CacheArgs, usage_error};
@@ -35,6 +35,10 @@ pub struct Args {
     /// Grant a directory: HOST:GUEST[:ro|rw] (read-only by default).
     #[arg(long = "dir", value_name = "HOST:GUEST[:ro|rw]")]
     dirs: Vec<DirGrant>,
+    /// Let the guest send HTTP requests to this host (`api.example.com`,
+    /// `127.0.0.1:8080`, `*.example.com`); none by default.
+    #[arg(long = "http-host", value_name = "HOST[:PORT]")]
+    http_hosts: Vec<HttpHost>,
     /// Set a guest environment variable (nothing is inherited).
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     env: Vec<(String, String)>,
@@ -97,6 +101,7 @@ pub async fn run(args: Args) -> ExitCode {
         capabilities: Capabilities {
             dirs: args.dirs,
             env: args.env,
+            http_hosts: args.http_hosts.into(),
         },
         ..Tenant::default()
     };
@@ -117,6 +122,9 @@ pub async fn run(args: Args) -> ExitCode {
         Ok(component) => component,
         Err(e) => return usage_error(format!("cannot load `{}`: {e}", args.file.display())),
     };
+    if let Err(e) = tenant.capabilities.check_imports(&component.imports) {
+        return usage_error(format!("`{}`: {e} (--http-host)", args.file.display()));
+    }
     if component.activity(&args.activity_type).is_none() {
         let known: Vec<&str> = component
             .activities

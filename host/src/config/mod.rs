@@ -20,7 +20,7 @@
 //! temporal = { address = "http://127.0.0.1:7233", namespace = "default", task_queue = "acme" }
 //! # or, for an Aion server: aion = { address = "127.0.0.1:50051", namespace = "default", task_queue = "acme" }
 //! limits = { memory = "64MiB", timeout = "30s", max_concurrent = 16 }
-//! capabilities = { dirs = [{ host = "./data", guest = "/data", mode = "ro" }], env = { REGION = "eu" } }
+//! capabilities = { dirs = [{ host = "./data", guest = "/data", mode = "ro" }], env = { REGION = "eu" }, http_hosts = ["api.example.com"] }
 //! components = ["examples/dist/greeter.wasm"]
 //! aliases = { Greet = "demo:greeter/api.greet" }
 //! ```
@@ -186,6 +186,8 @@ struct RawCapabilities {
     dirs: Vec<RawDir>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    #[serde(default)]
+    http_hosts: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -361,6 +363,20 @@ impl Config {
                 capabilities: Capabilities {
                     dirs,
                     env: t.capabilities.env.clone().into_iter().collect(),
+                    http_hosts: t
+                        .capabilities
+                        .http_hosts
+                        .iter()
+                        .enumerate()
+                        .map(|(j, h)| {
+                            h.parse().map_err(|e| {
+                                ConfigError(format!(
+                                    "{}: {e}",
+                                    key(&format!("capabilities.http_hosts[{j}]"))
+                                ))
+                            })
+                        })
+                        .collect::<Result<_, _>>()?,
                 },
                 retry,
             };

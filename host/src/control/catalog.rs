@@ -445,6 +445,8 @@ impl Catalog {
         digest: &str,
     ) -> Result<Arc<LoadedComponent>, ControlError> {
         if let Some(c) = state.loaded.get(digest) {
+            // Loaded for another tenant, maybe with other grants.
+            granted(spec, c)?;
             return Ok(c.clone());
         }
         let bytes = self.store.bytes(digest).map_err(|e| {
@@ -468,6 +470,7 @@ impl Catalog {
         match loaded {
             Ok(component) => {
                 self.metrics.component_loaded(component.from_cache);
+                granted(spec, &component)?;
                 Ok(component)
             }
             Err(LoadError::UnsatisfiedImports(names)) => {
@@ -484,6 +487,19 @@ impl Catalog {
             Err(e) => Err(ControlError::InvalidArgument(e.to_string())),
         }
     }
+}
+
+/// Whether the tenant is granted everything the component imports.
+fn granted(spec: &TenantSpec, component: &LoadedComponent) -> Result<(), ControlError> {
+    spec.tenant
+        .capabilities
+        .check_imports(&component.imports)
+        .map_err(|e| {
+            ControlError::InvalidArgument(format!(
+                "tenant `{}` is not granted what the component imports: {e}",
+                spec.tenant.name
+            ))
+        })
 }
 
 /// The configuration's aliases, then each active version's own.

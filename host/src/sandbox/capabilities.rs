@@ -1,6 +1,7 @@
 //! What a guest may reach, deny by default: directories only as explicitly
 //! granted preopens, an explicit environment (nothing inherited from the
-//! host), no stdin, no sockets. Clocks and random are always available.
+//! host), no stdin, no sockets, outbound HTTP only to granted hosts.
+//! Clocks and random are always available.
 //!
 //! A tenant's policy is validated once ([`Capabilities::validate`]); each
 //! task then builds its cheap WASI context from it.
@@ -8,9 +9,11 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
+use super::http::HttpHost;
 use super::stdio::GuestOutput;
 
 /// How a granted directory may be used.
@@ -60,7 +63,13 @@ pub struct Capabilities {
     pub dirs: Vec<DirGrant>,
     /// The guest's whole environment.
     pub env: Vec<(String, String)>,
+    /// Where the guest may send HTTP requests (`wasi:http`); none when
+    /// empty, and a component importing `wasi:http` is then refused.
+    pub http_hosts: Arc<[HttpHost]>,
 }
+
+/// The import prefix that needs an `http_hosts` grant.
+const HTTP_IMPORTS: &str = "wasi:http/";
 
 /// A policy that cannot be applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +122,33 @@ impl Capabilities {
             }
         }
         Ok(())
+    }
+
+    /// The imports among `imports` that this policy does not grant: a
+    /// component importing them is refused for this tenant, naming them.
+    pub fn ungranted<'a>(&self, imports: &'a [String]) -> Vec<&'a str> {
+        imports
+            .iter()
+            .filter(|import| import.starts_with(HTTP_IMPORTS) && self.http_hosts.is_empty())
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// Why a component with these imports cannot serve under this policy.
+    pub fn check_imports(&self, imports: &[String]) -> Result<(), PolicyError> {
+        let ungranted = self.ungranted(imports);
+        if ungranted.is_empty() {
+            return Ok(());
+        }
+        Err(PolicyError(format!(
+            "the component imports {}, which needs outbound HTTP: grant the hosts it may call \
+             with capabilities.http_hosts",
+            ungranted
+                .iter()
+                .map(|i| format!("`{i}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )))
     }
 
     /// The WASI context of one task. Sockets: TCP and UDP are off and no
@@ -180,6 +216,7 @@ mod tests {
         let missing = Capabilities {
             dirs: vec!["/no/such/dir:/data".parse().unwrap()],
             env: vec![],
+            ..Capabilities::default()
         };
         let err = missing.validate().unwrap_err().to_string();
         assert!(err.contains("/no/such/dir"), "{err}");
@@ -189,6 +226,7 @@ mod tests {
         let relative = Capabilities {
             dirs: vec![format!("{host}:data").parse().unwrap()],
             env: vec![],
+            ..Capabilities::default()
         };
         assert!(
             relative
@@ -204,13 +242,39 @@ mod tests {
                 format!("{host}:/d:rw").parse().unwrap(),
             ],
             env: vec![],
+            ..Capabilities::default()
         };
         assert!(twice.validate().unwrap_err().0.contains("granted twice"));
 
         let env = Capabilities {
             dirs: vec![],
             env: vec![("A=B".into(), "x".into())],
+            ..Capabilities::default()
         };
         assert!(env.validate().unwrap_err().0.contains("`A=B`"));
+    }
+
+    #[test]
+    fn http_imports_need_a_grant() {
+        let imports = vec![
+            "wasi:io/streams@0.2.0".to_owned(),
+            "wasi:http/outgoing-handler@0.2.0".to_owned(),
+            "wasi:http/types@0.2.0".to_owned(),
+        ];
+        let none = Capabilities::default();
+        assert_eq!(
+            none.ungranted(&imports),
+            ["wasi:http/outgoing-handler@0.2.0", "wasi:http/types@0.2.0"]
+        );
+        let err = none.check_imports(&imports).unwrap_err().0;
+        assert!(
+            err.contains("`wasi:http/outgoing-handler@0.2.0`") && err.contains("http_hosts"),
+            "{err}"
+        );
+        let granted = Capabilities {
+            http_hosts: vec!["api.example.com".parse().unwrap()].into(),
+            ..Capabilities::default()
+        };
+        assert!(granted.check_imports(&imports).is_ok());
     }
 }

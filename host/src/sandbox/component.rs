@@ -63,6 +63,9 @@ pub enum LoadError {
     UnsatisfiedImports(Vec<String>),
     Link(String),
     NoActivities(Vec<UnsupportedExport>),
+    /// It imports what the tenant is not granted (`wasi:http` without
+    /// `http_hosts`).
+    NotGranted(String),
     Io(String),
 }
 
@@ -94,7 +97,7 @@ impl fmt::Display for LoadError {
                 }
                 Ok(())
             }
-            LoadError::Io(reason) => write!(f, "{reason}"),
+            LoadError::NotGranted(reason) | LoadError::Io(reason) => write!(f, "{reason}"),
         }
     }
 }
@@ -132,6 +135,9 @@ const BASE_WASI: &[&str] = &[
     "wasi:sockets/udp",
     "wasi:sockets/udp-create-socket",
     "wasi:sockets/ip-name-lookup",
+    // Granted per tenant: see `Capabilities::ungranted`.
+    "wasi:http/outgoing-handler",
+    "wasi:http/types",
 ];
 
 const CORRAL: &[&str] = &["corral:activity/context", "corral:activity/types"];
@@ -277,7 +283,8 @@ mod tests {
         assert!(is_linked("wasi:io/streams@0.2.0"));
         assert!(is_linked("wasi:sockets/tcp@0.2.9"));
         assert!(is_linked("corral:activity/context@0.1.0"));
-        assert!(!is_linked("wasi:http/outgoing-handler@0.2.0"));
+        assert!(is_linked("wasi:http/outgoing-handler@0.2.0"));
+        assert!(!is_linked("wasi:http/incoming-handler@0.2.0"));
         assert!(!is_linked("wasi:io/streams@0.3.0"));
         assert!(!is_linked("acme:secret/vault@1.0.0"));
     }

@@ -7,7 +7,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+use super::http::HttpPolicy;
 use super::limits::Limiter;
 use super::observer::{LogLevel, TaskObserver};
 use super::stdio::{Capture, TaskLabels, lock};
@@ -52,6 +54,9 @@ impl std::error::Error for ContractViolation {}
 pub(crate) struct TaskState {
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
+    pub(crate) http: WasiHttpCtx,
+    /// Where this task's `wasi:http` requests may go.
+    pub(crate) http_policy: HttpPolicy,
     pub(crate) limiter: Limiter,
     pub(crate) capture: Arc<Mutex<Capture>>,
     pub(crate) info: types::ActivityInfo,
@@ -79,6 +84,8 @@ impl TaskState {
         TaskState {
             wasi,
             table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            http_policy: HttpPolicy::default(),
             limiter,
             capture,
             info: types::ActivityInfo {
@@ -104,6 +111,16 @@ impl WasiView for TaskState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for TaskState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_policy,
         }
     }
 }

@@ -113,6 +113,11 @@ impl Sandbox {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(anyhow::Error::from)
             .context("linking WASI 0.2")?;
+        // Linked for every component; a tenant without `http_hosts` cannot
+        // load one that imports it, and every request is checked again.
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(anyhow::Error::from)
+            .context("linking wasi:http 0.2")?;
         add_context_to_linker::<TaskState, HasSelf<TaskState>>(&mut linker, |state| state)
             .map_err(anyhow::Error::from)
             .context("linking corral:activity/context")?;

@@ -18,6 +18,7 @@ use super::context::{TaskInfo, TaskState};
 use super::convert::{self, from_json, to_json};
 use super::engine::Sandbox;
 use super::failure::{Failure, FailureClass, Outcome, RetryPolicy};
+use super::http::HttpPolicy;
 use super::limits::{Limiter, Limits, format_bytes};
 use super::observer::{Stream, TaskObserver, Unobserved};
 use super::stdio::{Capture, GuestOutput, TaskLabels, lock};
@@ -181,7 +182,7 @@ impl Sandbox {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64)
         });
-        let state = TaskState::new(
+        let mut state = TaskState::new(
             wasi,
             Limiter::new(limits),
             capture.clone(),
@@ -193,6 +194,9 @@ impl Sandbox {
             limits.max_output,
             labels,
         );
+        state.http_policy = HttpPolicy {
+            hosts: tenant.capabilities.http_hosts.clone(),
+        };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         if self.config.fuel {

@@ -10,6 +10,7 @@ pub mod convert;
 mod engine;
 mod execute;
 mod failure;
+mod http;
 mod limits;
 mod observer;
 mod signature;
@@ -21,6 +22,7 @@ pub use context::TaskInfo;
 pub use engine::{Sandbox, SandboxConfig};
 pub use execute::{Task, Tenant};
 pub use failure::{Failure, FailureClass, Outcome, RetryPolicy};
+pub use http::HttpHost;
 pub use limits::{Limits, format_bytes, parse_bytes, parse_duration};
 pub use observer::{LogLevel, Stream, TaskObserver, Unobserved};
 pub use signature::{

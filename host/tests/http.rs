@@ -1,0 +1,137 @@
+//! Outbound HTTP (`wasi:http`): granted per tenant and per destination.
+//! A guest reaches a granted loopback server; any other destination is
+//! denied before a connection is made; a tenant without grants cannot load
+//! a component that imports `wasi:http` at all.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+
+use serde_json::json;
+
+use common::activities::{execute, text};
+use common::admin::{Host, path};
+use common::{example, host};
+use corral::sandbox::{FailureClass, LoadError};
+
+/// A loopback HTTP server answering every request with its own path, on a
+/// port of its own. Returns the port.
+fn echo_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(&stream);
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    return;
+                }
+                // The rest of the head, up to the blank line.
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let path = request_line.split(' ').nth(1).unwrap_or("?").to_owned();
+                let body = format!("you asked for {path}");
+                let mut stream = &stream;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_reaches_granted_hosts_only() {
+    let port = echo_server();
+    let other = echo_server();
+    let host = host()
+        .http_host(&format!("127.0.0.1:{port}"))
+        .build()
+        .unwrap();
+    let fetch = host.load_file(example("fetch")).unwrap();
+    let get = |url: String| fetch.call("demo:fetch/api.get").arg(json!(url)).run();
+
+    let ok = get(format!("http://127.0.0.1:{port}/granted?x=1")).await;
+    assert_eq!(
+        *ok.expect_ok(),
+        json!({"status": 200, "body": "you asked for /granted?x=1"})
+    );
+    // Same address, another port: denied, and nothing reaches that server.
+    for url in [
+        format!("http://127.0.0.1:{other}/"),
+        format!("http://localhost:{port}/"),
+        "https://example.com/".to_owned(),
+    ] {
+        let denied = get(url.clone()).await;
+        let failure = denied.expect_failure(FailureClass::Application);
+        assert_eq!(failure.kind, "Denied", "{url}: {failure}");
+        assert!(!failure.retryable);
+    }
+}
+
+#[test]
+fn a_tenant_without_grants_cannot_load_an_http_component() {
+    let host = host().build().unwrap();
+    let Err(LoadError::NotGranted(reason)) = host.load_file(example("fetch")) else {
+        panic!("loaded without a grant")
+    };
+    assert!(
+        reason.contains("`wasi:http/outgoing-handler@0.2") && reason.contains("http_hosts"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn served_tenants_get_their_own_grants() {
+    let port = echo_server();
+    let host = Host::new("");
+    let grant = format!(r#"capabilities = {{ http_hosts = ["127.0.0.1:{port}"] }}"#);
+    let corral = host.serve([&grant, ""]);
+    let fetch = path(&example("fetch"));
+
+    // alpha is granted the server: deployed, and it reaches it through
+    // Temporal and through the admin API's Run.
+    let out = host.cli(&host.tokens[0].token, &["deploy", &fetch]);
+    assert!(out.status.success(), "{}", text(&out));
+    let url = format!(r#""http://127.0.0.1:{port}/via-temporal""#);
+    let (_, done) = execute(
+        &host.server,
+        &host.queues[0],
+        "demo:fetch/api.get",
+        &[&url],
+        &[],
+    );
+    assert_eq!(done["status"], "COMPLETED", "{done}\n{}", corral.stderr());
+    assert_eq!(
+        done["result"]["body"], "you asked for /via-temporal",
+        "{done}"
+    );
+    let url = format!(r#""http://127.0.0.1:{}/elsewhere""#, echo_server());
+    let (_, denied) = execute(
+        &host.server,
+        &host.queues[0],
+        "demo:fetch/api.get",
+        &[&url],
+        &["--retry-maximum-attempts", "1"],
+    );
+    assert_eq!(denied["status"], "FAILED", "{denied}");
+    assert!(denied.to_string().contains("Denied"), "{denied}");
+
+    // beta is not granted outbound HTTP: the upload is refused, naming it.
+    let out = host.cli(&host.tokens[1].token, &["deploy", &fetch]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains("InvalidArgument")
+            && said.contains("tenant `beta` is not granted what the component imports")
+            && said.contains("`wasi:http/outgoing-handler@0.2"),
+        "{said}"
+    );
+}
