@@ -52,6 +52,8 @@ pub struct Gauges {
     pub host_permits: (usize, usize),
     /// Tenant → (in use, limit).
     pub tenant_permits: BTreeMap<String, (usize, usize)>,
+    /// (Tenant, activity type) → (in use, limit), for types with their own.
+    pub type_permits: BTreeMap<(String, String), (usize, usize)>,
 }
 
 /// The host's counters, shared by the session loop and the control plane.
@@ -205,6 +207,14 @@ impl Metrics {
                 escape(tenant)
             );
         }
+        for ((tenant, ty), (used, _)) in &gauges.type_permits {
+            let _ = writeln!(
+                out,
+                "corral_permits_in_use{{scope=\"type\",tenant=\"{}\",activity_type=\"{}\"}} {used}",
+                escape(tenant),
+                escape(ty)
+            );
+        }
         header(
             &mut out,
             "corral_permits_limit",
@@ -217,6 +227,14 @@ impl Metrics {
                 out,
                 "corral_permits_limit{{scope=\"tenant\",tenant=\"{}\"}} {limit}",
                 escape(tenant)
+            );
+        }
+        for ((tenant, ty), (_, limit)) in &gauges.type_permits {
+            let _ = writeln!(
+                out,
+                "corral_permits_limit{{scope=\"type\",tenant=\"{}\",activity_type=\"{}\"}} {limit}",
+                escape(tenant),
+                escape(ty)
             );
         }
         header(

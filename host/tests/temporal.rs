@@ -290,6 +290,60 @@ fn a_tenant_limit_of_n_runs_at_most_n_at_once_and_finishes_all() {
     );
 }
 
+#[test]
+fn a_type_with_its_own_limit_runs_one_at_a_time_and_holds_no_other_back() {
+    let server = TemporalServer::start();
+    let queue = unique("q");
+    let limits =
+        r#"timeout = "20s", max_concurrent = 4, per_type = { "demo:misbehave/api.sleep" = 1 }"#;
+    let corral = Corral::serve(&config(&server, &queue, limits));
+    let sleeps: Vec<String> = (0..3)
+        .map(|_| start(&server, &queue, "demo:misbehave/api.sleep", &["1000"], &[]))
+        .collect();
+    let greeting = execute(
+        &server,
+        &queue,
+        "Greet",
+        &[r#"{"name":"Ada","language":"english"}"#, r#""casual""#],
+        &[],
+    )
+    .1;
+    assert_eq!(
+        greeting["status"],
+        "COMPLETED",
+        "{greeting}\n{}",
+        corral.stderr()
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let infos = loop {
+        let infos: Vec<Value> = sleeps.iter().map(|id| describe(&server, id)).collect();
+        if infos
+            .iter()
+            .all(|i| i["status"] == "ACTIVITY_EXECUTION_STATUS_COMPLETED")
+        {
+            break infos;
+        }
+        assert!(Instant::now() < deadline, "not all finished: {infos:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // All three were delivered at once (the tenant allows four), but they
+    // ran one after another: the last cannot finish before three seconds of
+    // sleeping have passed since the first was delivered.
+    let first_delivered = infos
+        .iter()
+        .map(|i| timestamp(&i["lastStartedTime"]))
+        .fold(f64::INFINITY, f64::min);
+    let last_done = infos
+        .iter()
+        .map(|i| timestamp(&i["lastAttemptCompleteTime"]))
+        .fold(0.0, f64::max);
+    assert!(
+        last_done - first_delivered >= 2.95,
+        "{:.3}s: {infos:?}",
+        last_done - first_delivered
+    );
+}
+
 /// Seconds since the epoch of an RFC 3339 UTC timestamp such as
 /// `2026-11-29T17:10:55.779671971Z`.
 fn timestamp(value: &Value) -> f64 {

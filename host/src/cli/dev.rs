@@ -99,6 +99,7 @@ pub async fn dev(args: Args) -> ExitCode {
             },
             token_sha256: None,
             max_concurrent: 16,
+            type_limits: BTreeMap::new(),
             engine: Engine::Temporal(TemporalBinding {
                 address: format!("http://{address}"),
                 namespace: "default".to_owned(),

@@ -95,12 +95,15 @@ pub async fn run(
             .map_err(anyhow::Error::msg)?;
     }
     let catalog = Arc::new(catalog);
-    let permits = Permits::new(
-        config.host.max_concurrent,
-        config
-            .tenants
-            .iter()
-            .map(|t| (t.tenant.name.clone(), t.max_concurrent)),
+    let permits = config.tenants.iter().fold(
+        Permits::new(
+            config.host.max_concurrent,
+            config
+                .tenants
+                .iter()
+                .map(|t| (t.tenant.name.clone(), t.max_concurrent)),
+        ),
+        |permits, t| permits.with_type_limits(&t.tenant.name, t.type_limits.clone()),
     );
     let session = Session::new(sandbox, registry.clone(), metrics.clone(), permits.clone());
     let mut runtime = None;

@@ -19,7 +19,7 @@
 //! token_sha256 = "…"
 //! temporal = { address = "http://127.0.0.1:7233", namespace = "default", task_queue = "acme" }
 //! # or, for an Aion server: aion = { address = "127.0.0.1:50051", namespace = "default", task_queue = "acme" }
-//! limits = { memory = "64MiB", timeout = "30s", max_concurrent = 16 }
+//! limits = { memory = "64MiB", timeout = "30s", max_concurrent = 16, per_type = { Greet = 4 } }
 //! capabilities = { dirs = [{ host = "./data", guest = "/data", mode = "ro" }], env = { REGION = "eu" }, http_hosts = ["api.example.com"] }
 //! components = ["examples/dist/greeter.wasm"]
 //! aliases = { Greet = "demo:greeter/api.greet" }
@@ -95,6 +95,8 @@ pub struct TenantConfig {
     /// Hex SHA-256 of the tenant's admin API token.
     pub token_sha256: Option<String>,
     pub max_concurrent: usize,
+    /// Activity types (an alias or a full name) with their own limit.
+    pub type_limits: BTreeMap<String, usize>,
     /// The engine the tenant serves.
     pub engine: Engine,
     pub components: Vec<PathBuf>,
@@ -177,6 +179,8 @@ struct RawLimits {
     max_input: Option<String>,
     max_output: Option<String>,
     max_stdio: Option<String>,
+    #[serde(default)]
+    per_type: BTreeMap<String, i64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -322,6 +326,17 @@ impl Config {
                 host.max_concurrent as i64,
                 &key("limits.max_concurrent"),
             )?;
+            let mut type_limits = BTreeMap::new();
+            for (name, limit) in &l.per_type {
+                let limit = positive(Some(*limit), 1, &key(&format!("limits.per_type.{name}")))?;
+                if limit > max_concurrent {
+                    return Err(ConfigError(format!(
+                        "{}: {limit} is above the tenant's max_concurrent of {max_concurrent}",
+                        key(&format!("limits.per_type.{name}"))
+                    )));
+                }
+                type_limits.insert(name.clone(), limit);
+            }
             let mut dirs = Vec::new();
             for (j, d) in t.capabilities.dirs.iter().enumerate() {
                 let mode = match d.mode.as_deref() {
@@ -388,6 +403,7 @@ impl Config {
                 tenant,
                 token_sha256: token_hash(t.token_sha256.clone(), &key("token_sha256"))?,
                 max_concurrent,
+                type_limits,
                 engine,
                 components: t.components.iter().map(|c| base.join(c)).collect(),
                 aliases: t.aliases.clone(),

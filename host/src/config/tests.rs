@@ -25,6 +25,7 @@ fn a_good_config_is_read_with_defaults_and_resolved_paths() {
     assert_eq!(t.tenant.limits.memory, 64 << 20);
     assert_eq!(t.tenant.limits.timeout, Some(Duration::from_secs(30)));
     assert_eq!(t.max_concurrent, 4);
+    assert!(t.type_limits.is_empty());
     let Engine::Temporal(temporal) = &t.engine else {
         panic!("a Temporal tenant")
     };
@@ -85,6 +86,20 @@ fn errors_name_the_key() {
     assert!(
         error(&GOOD.replace("http://127.0.0.1:7233", "127.0.0.1:7233"))
             .contains("temporal.address")
+    );
+    assert!(
+        error(&GOOD.replace(
+            "max_concurrent = 4",
+            "max_concurrent = 4, per_type = { Greet = 0 }"
+        ))
+        .contains("tenant[0] (`acme`).limits.per_type.Greet: must be at least 1, got 0")
+    );
+    assert!(
+        error(&GOOD.replace(
+            "max_concurrent = 4",
+            "max_concurrent = 4, per_type = { Greet = 5 }"
+        ))
+        .contains("limits.per_type.Greet: 5 is above the tenant's max_concurrent of 4")
     );
     assert!(
         error(&GOOD.replace("Trap = true", "Oops = true"))

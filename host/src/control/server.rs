@@ -133,5 +133,10 @@ fn gauges(permits: &Permits, tenants: &[String]) -> Gauges {
                     .map(|u| (t.clone(), (u.in_use, u.limit)))
             })
             .collect(),
+        type_permits: permits
+            .type_usage()
+            .into_iter()
+            .map(|(key, u)| (key, (u.in_use, u.limit)))
+            .collect(),
     }
 }

@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use permits::{HostSlot, Permit, Permits, Usage};
+pub use permits::{HostSlot, Permit, Permits, TypeSlot, Usage};
 pub use registry::{Registry, Route, TenantTable};
 
 use crate::metrics::Metrics;

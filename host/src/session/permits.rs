@@ -6,18 +6,30 @@
 //! idle tenant holding host slots that way would starve a busy one. So a
 //! tenant at its limit never delays another, and every tenant below its
 //! limit gets the next free host slot in turn.
+//!
+//! An activity type may have its own limit within its tenant's. Neither
+//! engine can be asked for a task of one type, so the type slot is taken
+//! once the task has arrived, before its host slot: a task of a type at its
+//! limit waits (holding only its tenant slot, heartbeated) for a sibling to
+//! finish. A push engine (Aion) is refused such a task instead, and
+//! re-dispatches it later.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// A semaphore and the limit it was made with.
+type Limited = (Arc<Semaphore>, usize);
+
 /// Permits for the whole host and for each tenant.
 #[derive(Debug, Clone)]
 pub struct Permits {
     host: Arc<Semaphore>,
     host_limit: usize,
-    tenants: Arc<HashMap<String, (Arc<Semaphore>, usize)>>,
+    tenants: Arc<HashMap<String, Limited>>,
+    /// (tenant, activity type as configured) → its own limit.
+    types: Arc<HashMap<(String, String), Limited>>,
 }
 
 /// A tenant slot, held from before the engine is asked for a task until
@@ -25,6 +37,13 @@ pub struct Permits {
 #[derive(Debug)]
 pub struct Permit {
     _tenant: OwnedSemaphorePermit,
+}
+
+/// A slot of an activity type with its own limit, held while a task of
+/// that type waits for its host slot and executes.
+#[derive(Debug)]
+pub struct TypeSlot {
+    _type: OwnedSemaphorePermit,
 }
 
 /// A host slot, held while a task executes.
@@ -53,7 +72,71 @@ impl Permits {
                     .map(|(name, limit)| (name, (Arc::new(Semaphore::new(limit)), limit)))
                     .collect(),
             ),
+            types: Arc::default(),
         }
+    }
+
+    /// Gives activity types of `tenant` their own limits, by the name an
+    /// engine uses (an alias) or the full WIT name. Limits are validated
+    /// (≥ 1) when the configuration is read.
+    pub fn with_type_limits(
+        mut self,
+        tenant: &str,
+        limits: impl IntoIterator<Item = (String, usize)>,
+    ) -> Self {
+        let mut types = (*self.types).clone();
+        for (name, limit) in limits {
+            types.insert(
+                (tenant.to_owned(), name),
+                (Arc::new(Semaphore::new(limit)), limit),
+            );
+        }
+        self.types = Arc::new(types);
+        self
+    }
+
+    /// The semaphore of the first of `names` (the engine's name, then the
+    /// full name) that has its own limit.
+    fn type_semaphore(&self, tenant: &str, names: &[&str]) -> Option<&Arc<Semaphore>> {
+        names.iter().find_map(|name| {
+            self.types
+                .get(&(tenant.to_owned(), (*name).to_owned()))
+                .map(|(s, _)| s)
+        })
+    }
+
+    /// Waits for a slot of the activity type; `None` at once when the type
+    /// has no limit of its own (or the permits were closed).
+    pub async fn type_slot(&self, tenant: &str, names: &[&str]) -> Option<TypeSlot> {
+        let semaphore = self.type_semaphore(tenant, names)?.clone();
+        let slot = semaphore.acquire_owned().await.ok()?;
+        Some(TypeSlot { _type: slot })
+    }
+
+    /// Whether a task of the type could start now as far as its own limit
+    /// goes (always, for a type without one).
+    pub fn type_free(&self, tenant: &str, names: &[&str]) -> bool {
+        self.type_semaphore(tenant, names)
+            .is_none_or(|s| s.available_permits() > 0)
+    }
+
+    /// Every activity type with its own limit: (tenant, type) → usage.
+    pub fn type_usage(&self) -> Vec<((String, String), Usage)> {
+        let mut usage: Vec<_> = self
+            .types
+            .iter()
+            .map(|(key, (s, limit))| {
+                (
+                    key.clone(),
+                    Usage {
+                        in_use: limit - s.available_permits(),
+                        limit: *limit,
+                    },
+                )
+            })
+            .collect();
+        usage.sort_by(|a, b| a.0.cmp(&b.0));
+        usage
     }
 
     /// Waits for a tenant slot. `None` when the tenant is unknown or the
@@ -144,5 +227,38 @@ mod tests {
             })
         );
         assert!(permits.acquire("nobody").await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_type_with_its_own_limit_waits_for_a_sibling() {
+        let permits =
+            Permits::new(4, [("t".to_owned(), 4)]).with_type_limits("t", [("Slow".to_owned(), 1)]);
+        assert!(
+            permits
+                .type_slot("t", &["Fast", "demo:x/api.fast"])
+                .await
+                .is_none()
+        );
+        // By alias or by full name, whichever is configured.
+        let first = permits.type_slot("t", &["demo:x/api.slow", "Slow"]).await;
+        assert!(first.is_some());
+        assert!(!permits.type_free("t", &["Slow"]));
+        assert!(permits.type_free("t", &["Fast"]));
+        let second =
+            tokio::time::timeout(Duration::from_millis(50), permits.type_slot("t", &["Slow"]))
+                .await;
+        assert!(second.is_err(), "the second waits");
+        assert_eq!(
+            permits.type_usage(),
+            [(
+                ("t".to_owned(), "Slow".to_owned()),
+                Usage {
+                    in_use: 1,
+                    limit: 1
+                }
+            )]
+        );
+        drop(first);
+        assert!(permits.type_slot("t", &["Slow"]).await.is_some());
     }
 }

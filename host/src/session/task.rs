@@ -141,10 +141,15 @@ async fn run_routed(
         cancel: entry.cancel.clone(),
         observer: progress.clone(),
     };
-    // The host slot is taken here, in arrival order across tenants, and
-    // held while the guest runs; the pump below keeps the task alive with
-    // the engine while it waits for one.
+    // The type slot (for a type with its own limit), then the host slot
+    // are taken here, in arrival order, and held while the guest runs; the
+    // pump below keeps the task alive with the engine while it waits.
+    let engine_name = start.activity_type.clone();
     let execution = async {
+        let _type = session
+            .permits
+            .type_slot(&route.tenant.name, &[&engine_name, &route.activity])
+            .await;
         let _slot = session.permits.host_slot().await;
         session
             .sandbox

@@ -79,6 +79,10 @@ struct Fixture {
 }
 
 fn fixture(transport_failures: u32) -> Fixture {
+    fixture_with(transport_failures, Permits::new(8, []))
+}
+
+fn fixture_with(transport_failures: u32, permits: Permits) -> Fixture {
     let sandbox = Sandbox::new(SandboxConfig {
         max_instances: 8,
         ..SandboxConfig::default()
@@ -100,12 +104,7 @@ fn fixture(transport_failures: u32) -> Fixture {
         .unwrap();
     let (send, receive) = mpsc::channel(8);
     Fixture {
-        session: Session::new(
-            sandbox,
-            Arc::new(registry),
-            Default::default(),
-            Permits::new(8, []),
-        ),
+        session: Session::new(sandbox, Arc::new(registry), Default::default(), permits),
         engine: Arc::new(Scripted {
             inbound: tokio::sync::Mutex::new(receive),
             stopped: CancellationToken::new(),
@@ -252,6 +251,40 @@ async fn a_requested_cancel_interrupts_a_stuck_guest_and_reports_cancelled() {
     let reports = f.wait_for_reports(1).await;
     assert!(
         matches!(&reports[0].1, Report::Cancelled(f) if f.class == FailureClass::Cancelled),
+        "{reports:?}"
+    );
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_type_at_its_own_limit_waits_for_its_sibling() {
+    let permits = Permits::new(8, []).with_type_limits("t", [("spin".to_owned(), 1)]);
+    let f = fixture_with(0, permits.clone());
+    let serving = f.serve(Duration::from_secs(1));
+    f.send.send(start(b"a", "spin")).await.unwrap();
+    f.send.send(start(b"b", "spin")).await.unwrap();
+    f.send.send(start(b"c", "Answer")).await.unwrap();
+    // The other type is not held back.
+    let reports = f.wait_for_reports(1).await;
+    assert_eq!(reports[0], (b"c".to_vec(), Report::Completed(json!(42))));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(f.session.in_flight_count(), 2);
+    assert_eq!(permits.host_usage().in_use, 1, "one spin runs, one waits");
+    for key in [b"a", b"b"] {
+        f.send
+            .send(Inbound::Cancel {
+                key: key.to_vec(),
+                reason: CancelReason::Requested,
+            })
+            .await
+            .unwrap();
+    }
+    let reports = f.wait_for_reports(3).await;
+    assert!(
+        reports[1..]
+            .iter()
+            .all(|(_, r)| matches!(r, Report::Cancelled(_))),
         "{reports:?}"
     );
     f.shutdown.cancel();

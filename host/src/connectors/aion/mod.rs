@@ -123,6 +123,20 @@ impl Shared {
         if self.stopping.is_cancelled() {
             return refuse("the worker is shutting down".to_owned());
         }
+        let full = self
+            .registry
+            .route(&self.tenant, &start.activity_type)
+            .map(|r| r.activity);
+        let names = [
+            start.activity_type.as_str(),
+            full.as_deref().unwrap_or_default(),
+        ];
+        if !self.permits.type_free(&self.tenant, &names) {
+            return refuse(format!(
+                "activity type `{}` is at its own concurrency limit",
+                start.activity_type
+            ));
+        }
         let Some(permit) = self.permits.try_acquire(&self.tenant) else {
             return refuse(format!(
                 "tenant `{}` is at its concurrency limit",
