@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use common::activities::text;
 use common::aion::{AionServer, HEARTBEAT_WINDOW_MS, awl};
 use common::example;
 use common::processes::{Corral, free_port, sample, scrape};
@@ -79,15 +80,6 @@ fn outcomes(metrics: u16, activity: &str, outcome: &str) -> f64 {
         "corral_tasks_total{{tenant=\"acme\",activity_type=\"{activity}\",outcome=\"{outcome}\"}}"
     );
     sample(&scrape(metrics), &series).unwrap_or(0.0)
-}
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[test]

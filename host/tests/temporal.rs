@@ -255,19 +255,7 @@ fn a_tenant_limit_of_n_runs_at_most_n_at_once_and_finishes_all() {
     let ids: Vec<String> = (0..6)
         .map(|_| start(&server, &queue, "demo:misbehave/api.sleep", &["1500"], &[]))
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let infos = loop {
-        let infos: Vec<Value> = ids.iter().map(|id| describe(&server, id)).collect();
-        let completed = infos
-            .iter()
-            .filter(|i| i["status"] == "ACTIVITY_EXECUTION_STATUS_COMPLETED")
-            .count();
-        if completed == ids.len() {
-            break infos;
-        }
-        assert!(Instant::now() < deadline, "not all finished: {infos:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let infos = all_completed(&server, &ids);
     // The server's own record of when each attempt started and completed:
     // at no instant were more than two running.
     let mut events: Vec<(f64, i32)> = Vec::new();
@@ -314,18 +302,7 @@ fn a_type_with_its_own_limit_runs_one_at_a_time_and_holds_no_other_back() {
         "{greeting}\n{}",
         corral.stderr()
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let infos = loop {
-        let infos: Vec<Value> = sleeps.iter().map(|id| describe(&server, id)).collect();
-        if infos
-            .iter()
-            .all(|i| i["status"] == "ACTIVITY_EXECUTION_STATUS_COMPLETED")
-        {
-            break infos;
-        }
-        assert!(Instant::now() < deadline, "not all finished: {infos:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let infos = all_completed(&server, &sleeps);
     // All three were delivered at once (the tenant allows four), but they
     // ran one after another: the last cannot finish before three seconds of
     // sleeping have passed since the first was delivered.
@@ -342,6 +319,23 @@ fn a_type_with_its_own_limit_runs_one_at_a_time_and_holds_no_other_back() {
         "{:.3}s: {infos:?}",
         last_done - first_delivered
     );
+}
+
+/// Waits (up to a minute) until every activity has completed; their
+/// descriptions.
+fn all_completed(server: &TemporalServer, ids: &[String]) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let infos: Vec<Value> = ids.iter().map(|id| describe(server, id)).collect();
+        if infos
+            .iter()
+            .all(|i| i["status"] == "ACTIVITY_EXECUTION_STATUS_COMPLETED")
+        {
+            return infos;
+        }
+        assert!(Instant::now() < deadline, "not all finished: {infos:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Seconds since the epoch of an RFC 3339 UTC timestamp such as
