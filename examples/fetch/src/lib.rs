@@ -25,15 +25,24 @@ impl Guest for Fetch {
         } else if let Some(rest) = url.strip_prefix("https://") {
             (Scheme::Https, rest)
         } else {
-            return Err(Failure::new("BadUrl", format!("`{url}` is not an http(s) URL")).non_retryable());
+            return Err(
+                Failure::new("BadUrl", format!("`{url}` is not an http(s) URL")).non_retryable(),
+            );
         };
         let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let request = OutgoingRequest::new(Fields::new());
         let path = if path.is_empty() { "/" } else { path };
-        let invalid = |what: &str| Failure::new("BadUrl", format!("`{url}`: invalid {what}")).non_retryable();
-        request.set_scheme(Some(&scheme)).map_err(|()| invalid("scheme"))?;
-        request.set_authority(Some(authority)).map_err(|()| invalid("authority"))?;
-        request.set_path_with_query(Some(path)).map_err(|()| invalid("path"))?;
+        let invalid =
+            |what: &str| Failure::new("BadUrl", format!("`{url}`: invalid {what}")).non_retryable();
+        request
+            .set_scheme(Some(&scheme))
+            .map_err(|()| invalid("scheme"))?;
+        request
+            .set_authority(Some(authority))
+            .map_err(|()| invalid("authority"))?;
+        request
+            .set_path_with_query(Some(path))
+            .map_err(|()| invalid("path"))?;
         let response = outgoing_handler::handle(request, None).map_err(http_failure)?;
         response.subscribe().block();
         let response = response
