@@ -44,7 +44,7 @@ fn a_truncated_component_is_invalid() {
 fn imports_the_host_does_not_provide_are_each_named() {
     let component = wat::parse_str(
         r#"(component
-            (import "wasi:http/outgoing-handler@0.2.0" (instance))
+            (import "wasi:http/incoming-handler@0.2.0" (instance))
             (import "wasi:io/streams@0.2.0" (instance))
             (import "acme:vault/secrets@1.0.0" (instance))
         )"#,
@@ -54,13 +54,13 @@ fn imports_the_host_does_not_provide_are_each_named() {
     assert_eq!(
         e,
         LoadError::UnsatisfiedImports(vec![
-            "wasi:http/outgoing-handler@0.2.0".into(),
+            "wasi:http/incoming-handler@0.2.0".into(),
             "acme:vault/secrets@1.0.0".into(),
         ])
     );
     assert!(
         e.to_string()
-            .contains("`wasi:http/outgoing-handler@0.2.0`, `acme:vault/secrets@1.0.0`"),
+            .contains("`wasi:http/incoming-handler@0.2.0`, `acme:vault/secrets@1.0.0`"),
         "{e}"
     );
 }
