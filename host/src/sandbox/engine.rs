@@ -4,8 +4,7 @@
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -63,7 +62,7 @@ pub struct Sandbox {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<TaskState>,
     pub(crate) config: SandboxConfig,
-    _ticker: EpochTicker,
+    ticker: EpochTicker,
 }
 
 impl Sandbox {
@@ -126,18 +125,25 @@ impl Sandbox {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating the compile cache `{}`", dir.display()))?;
         }
-        let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)?;
+        let ticking = engine.clone();
+        let ticker = EpochTicker::start(config.epoch_tick, move || ticking.increment_epoch())?;
         Ok(Arc::new(Sandbox {
             engine,
             linker,
             config,
-            _ticker: ticker,
+            ticker,
         }))
     }
 
     /// The host-wide configuration.
     pub fn config(&self) -> &SandboxConfig {
         &self.config
+    }
+
+    /// Keeps the epoch ticking while the returned guard lives: taken for
+    /// every task's whole run.
+    pub(crate) fn running(&self) -> Running {
+        self.ticker.running()
     }
 
     /// The wasmtime engine every component is compiled for (for benchmarks
@@ -147,39 +153,117 @@ impl Sandbox {
     }
 }
 
-/// Increments the engine's epoch every tick until dropped. Every running
-/// guest yields to the async runtime at each tick, which is what lets
-/// deadlines and cancellation end a guest stuck in a loop.
+/// Increments the engine's epoch every tick while any guest runs, until
+/// dropped. Every running guest yields to the async runtime at each tick,
+/// which is what lets deadlines and cancellation end a guest stuck in a
+/// loop. With no guest running the thread sleeps, so an idle host does not
+/// wake up a hundred times a second.
 struct EpochTicker {
-    stop: Arc<AtomicBool>,
+    state: Arc<TickerState>,
     thread: Option<JoinHandle<()>>,
 }
 
+#[derive(Default)]
+struct TickerState {
+    /// Guests running now, and whether the ticker should stop.
+    running: Mutex<(usize, bool)>,
+    wake: Condvar,
+}
+
+impl TickerState {
+    fn lock(&self) -> MutexGuard<'_, (usize, bool)> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Held while a guest runs: the ticker ticks while any is held.
+pub(crate) struct Running(Arc<TickerState>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.lock().0 -= 1;
+    }
+}
+
 impl EpochTicker {
-    fn start(engine: Engine, tick: Duration) -> Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
+    fn start(tick: Duration, on_tick: impl Fn() + Send + 'static) -> Result<Self> {
+        let state = Arc::new(TickerState::default());
+        let shared = state.clone();
         let thread = std::thread::Builder::new()
             .name("corral-epoch".into())
             .spawn(move || {
-                while !stopping.load(Ordering::Relaxed) {
+                loop {
+                    {
+                        let mut running = shared.lock();
+                        while running.0 == 0 && !running.1 {
+                            running = shared.wake.wait(running).unwrap_or_else(|p| p.into_inner());
+                        }
+                        if running.1 {
+                            return;
+                        }
+                    }
                     std::thread::sleep(tick);
-                    engine.increment_epoch();
+                    on_tick();
                 }
             })
             .context("starting the epoch ticker thread")?;
         Ok(EpochTicker {
-            stop,
+            state,
             thread: Some(thread),
         })
+    }
+
+    fn running(&self) -> Running {
+        let mut running = self.state.lock();
+        running.0 += 1;
+        if running.0 == 1 {
+            self.state.wake.notify_one();
+        }
+        Running(self.state.clone())
     }
 }
 
 impl Drop for EpochTicker {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.state.lock().1 = true;
+        self.state.wake.notify_one();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn the_ticker_ticks_only_while_a_guest_runs() {
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let counted = ticks.clone();
+        let ticker = EpochTicker::start(Duration::from_millis(1), move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(ticks.load(Ordering::SeqCst), 0, "idle: no ticks");
+        let running = ticker.running();
+        let also = ticker.running();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(ticks.load(Ordering::SeqCst) > 0);
+        drop(running);
+        let before = ticks.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            ticks.load(Ordering::SeqCst) > before,
+            "one guest still runs"
+        );
+        drop(also);
+        std::thread::sleep(Duration::from_millis(20));
+        let settled = ticks.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(ticks.load(Ordering::SeqCst), settled, "idle again");
+        drop(ticker); // joins the thread
     }
 }

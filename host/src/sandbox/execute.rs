@@ -115,6 +115,7 @@ impl Sandbox {
         tenant: &Tenant,
         task: Task,
     ) -> Outcome {
+        let _running = self.running();
         let policy = &tenant.retry;
         let limits = &tenant.limits;
         let Some(activity) = component.activity(&task.activity_type) else {
