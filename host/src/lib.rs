@@ -11,4 +11,5 @@ pub mod control;
 pub mod metrics;
 pub mod sandbox;
 pub mod session;
+mod sync;
 pub mod testing;

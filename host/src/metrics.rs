@@ -64,7 +64,7 @@ pub struct Metrics {
 
 impl Metrics {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.inner)
     }
 
     pub fn task_started(&self, tenant: &str) {

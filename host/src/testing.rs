@@ -364,7 +364,7 @@ impl Call {
         let c = &self.component;
         let outcome = c.sandbox.execute(&c.component, &c.tenant, task).await;
         let elapsed = started.elapsed();
-        let seen = std::mem::take(&mut *recorder.seen.lock().unwrap_or_else(|p| p.into_inner()));
+        let seen = std::mem::take(&mut *crate::sync::lock(&recorder.seen));
         TestRun {
             outcome,
             heartbeats: seen.heartbeats,
@@ -444,7 +444,7 @@ struct Recorder {
 
 impl Recorder {
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.seen)
     }
 }
 

@@ -12,7 +12,8 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::http::HttpPolicy;
 use super::limits::Limiter;
 use super::observer::{LogLevel, TaskObserver};
-use super::stdio::{Capture, TaskLabels, lock};
+use super::stdio::{Capture, TaskLabels};
+use crate::sync::lock;
 
 mod bindings {
     wasmtime::component::bindgen!({

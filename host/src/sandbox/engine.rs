@@ -172,7 +172,7 @@ struct TickerState {
 
 impl TickerState {
     fn lock(&self) -> MutexGuard<'_, (usize, bool)> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.running)
     }
 }
 

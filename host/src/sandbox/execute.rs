@@ -21,7 +21,8 @@ use super::failure::{Failure, FailureClass, Outcome, RetryPolicy};
 use super::http::HttpPolicy;
 use super::limits::{Limiter, Limits, format_bytes};
 use super::observer::{Stream, TaskObserver, Unobserved};
-use super::stdio::{Capture, GuestOutput, TaskLabels, lock};
+use super::stdio::{Capture, GuestOutput, TaskLabels};
+use crate::sync::lock;
 
 /// A tenant's policy: its limits, capabilities and retry defaults.
 #[derive(Debug, Clone, Default)]

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -14,6 +14,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 use super::observer::{Stream, TaskObserver};
+use crate::sync::lock;
 
 /// Longest line kept whole; longer lines are split.
 const MAX_LINE: usize = 4096;
@@ -149,14 +150,6 @@ impl GuestOutput {
     fn write_all(&self, bytes: &[u8]) {
         lock(&self.capture).write(self.stream, bytes);
     }
-}
-
-/// The capture lock is never held across a call that can panic, so a
-/// poisoned lock still holds consistent data.
-pub(crate) fn lock(capture: &Mutex<Capture>) -> MutexGuard<'_, Capture> {
-    capture
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl IsTerminal for GuestOutput {

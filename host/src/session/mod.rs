@@ -20,6 +20,7 @@ pub use registry::{Registry, Route, TenantTable};
 
 use crate::metrics::Metrics;
 use crate::sandbox::{Failure, Sandbox, TaskInfo};
+use crate::sync::lock;
 
 /// An engine's identifier of one task attempt (Temporal's task token).
 pub type TaskKey = Vec<u8>;
@@ -122,10 +123,7 @@ impl InFlight {
     /// Makes `is-cancelled` true at once; the first reason given is the one
     /// reported.
     fn cancel(&self, reason: CancelReason) {
-        self.reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(reason);
+        lock(&self.reason).get_or_insert(reason);
         self.cancel.cancel();
     }
 }
@@ -157,7 +155,7 @@ impl Session {
     }
 
     fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<TaskKey, InFlight>> {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.in_flight)
     }
 
     /// Tasks running now.

@@ -12,6 +12,7 @@ use tracing::Instrument;
 use super::{Args, CancelReason, Connector, InFlight, Report, Session, TaskStart};
 use crate::metrics::{COMPLETED, Metrics};
 use crate::sandbox::{Failure, FailureClass, Outcome, RetryPolicy, Task, TaskObserver};
+use crate::sync::lock;
 
 /// The longest wait between two report attempts.
 const MAX_REPORT_BACKOFF: Duration = Duration::from_secs(10);
@@ -36,7 +37,7 @@ pub(super) async fn run(
         let started = Instant::now();
         session.metrics.task_started(&start.tenant);
         let (outcome, activity) = execute(session, connector, &mut start, &entry).await;
-        let reason = *entry.reason.lock().unwrap_or_else(|p| p.into_inner());
+        let reason = *lock(&entry.reason);
         let report = to_report(outcome, reason);
         let label = match &report {
             Report::Completed(_) => {
@@ -68,14 +69,14 @@ struct Progress {
 
 impl Progress {
     fn last(&self) -> Option<Value> {
-        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.last).clone()
     }
 }
 
 impl TaskObserver for Progress {
     fn heartbeat(&self, _count: u32, details: Option<&Value>) {
         if let Some(details) = details {
-            *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(details.clone());
+            *lock(&self.last) = Some(details.clone());
         }
         self.fresh.notify_one();
     }
@@ -131,7 +132,7 @@ async fn run_routed(
         tenant: start.tenant.clone(),
     });
     if let Some(previous) = &start.info.last_heartbeat {
-        *progress.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(previous.clone());
+        *lock(&progress.last) = Some(previous.clone());
     }
     let task = Task {
         activity_type: route.activity.clone(),

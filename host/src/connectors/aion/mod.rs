@@ -16,7 +16,7 @@ mod frames;
 mod stream;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::AionBinding;
 use crate::session::{Connector, Inbound, Permit, Permits, Registry, Report, ReportError, TaskKey};
+use crate::sync::lock;
 use frames::Attempt;
 
 /// The protocol's generated client and messages.
@@ -82,10 +83,6 @@ struct Shared {
     window: Mutex<Duration>,
     stopping: CancellationToken,
     closing: CancellationToken,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Shared {

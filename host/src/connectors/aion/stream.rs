@@ -13,8 +13,9 @@ use tonic::metadata::MetadataValue;
 
 use super::wire::worker_protocol_client::WorkerProtocolClient;
 use super::wire::{self, server_to_worker::Message as ServerFrame, worker_to_server::Message};
-use super::{Shared, frames, lock};
+use super::{Shared, frames};
 use crate::session::{CancelReason, Inbound};
+use crate::sync::lock;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
