@@ -28,8 +28,9 @@ pub struct Permits {
     host: Arc<Semaphore>,
     host_limit: usize,
     tenants: Arc<HashMap<String, Limited>>,
-    /// (tenant, activity type as configured) → its own limit.
-    types: Arc<HashMap<(String, String), Limited>>,
+    /// Tenant → activity type (as configured) → its own limit. Looked up
+    /// by `&str` on every task, so no key is built per lookup.
+    types: Arc<HashMap<String, HashMap<String, Limited>>>,
 }
 
 /// A tenant slot, held from before the engine is asked for a task until
@@ -85,11 +86,9 @@ impl Permits {
         limits: impl IntoIterator<Item = (String, usize)>,
     ) -> Self {
         let mut types = (*self.types).clone();
+        let own = types.entry(tenant.to_owned()).or_default();
         for (name, limit) in limits {
-            types.insert(
-                (tenant.to_owned(), name),
-                (Arc::new(Semaphore::new(limit)), limit),
-            );
+            own.insert(name, (Arc::new(Semaphore::new(limit)), limit));
         }
         self.types = Arc::new(types);
         self
@@ -98,11 +97,8 @@ impl Permits {
     /// The semaphore of the first of `names` (the engine's name, then the
     /// full name) that has its own limit.
     fn type_semaphore(&self, tenant: &str, names: &[&str]) -> Option<&Arc<Semaphore>> {
-        names.iter().find_map(|name| {
-            self.types
-                .get(&(tenant.to_owned(), (*name).to_owned()))
-                .map(|(s, _)| s)
-        })
+        let own = self.types.get(tenant)?;
+        names.iter().find_map(|name| own.get(*name).map(|(s, _)| s))
     }
 
     /// Waits for a slot of the activity type; `None` at once when the type
@@ -125,14 +121,16 @@ impl Permits {
         let mut usage: Vec<_> = self
             .types
             .iter()
-            .map(|(key, (s, limit))| {
-                (
-                    key.clone(),
-                    Usage {
-                        in_use: limit - s.available_permits(),
-                        limit: *limit,
-                    },
-                )
+            .flat_map(|(tenant, own)| {
+                own.iter().map(move |(name, (s, limit))| {
+                    (
+                        (tenant.clone(), name.clone()),
+                        Usage {
+                            in_use: limit - s.available_permits(),
+                            limit: *limit,
+                        },
+                    )
+                })
             })
             .collect();
         usage.sort_by(|a, b| a.0.cmp(&b.0));

@@ -145,11 +145,11 @@ async fn run_routed(
     // The type slot (for a type with its own limit), then the host slot
     // are taken here, in arrival order, and held while the guest runs; the
     // pump below keeps the task alive with the engine while it waits.
-    let engine_name = start.activity_type.clone();
+    let engine_name: &str = &start.activity_type;
     let execution = async {
         let _type = session
             .permits
-            .type_slot(&route.tenant.name, &[&engine_name, &route.activity])
+            .type_slot(&route.tenant.name, &[engine_name, &route.activity])
             .await;
         let _slot = session.permits.host_slot().await;
         session

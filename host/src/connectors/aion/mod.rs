@@ -169,10 +169,11 @@ impl Shared {
             .values()
             .map(|u| u.frame.clone())
             .collect();
-        for frame in &backlog {
-            self.send(wire::worker_to_server::Message::Result(frame.clone()));
+        let count = backlog.len();
+        for frame in backlog {
+            self.send(wire::worker_to_server::Message::Result(frame));
         }
-        backlog.len()
+        count
     }
 
     fn idle(&self) -> bool {
