@@ -192,28 +192,38 @@ impl Metrics {
                 escape(tenant)
             );
         }
+        // One label set per scope, shared by the in-use and limit series.
+        let mut permits = vec![(
+            "scope=\"host\"".to_owned(),
+            gauges.host_permits.0,
+            gauges.host_permits.1,
+        )];
+        for (tenant, (used, limit)) in &gauges.tenant_permits {
+            permits.push((
+                format!("scope=\"tenant\",tenant=\"{}\"", escape(tenant)),
+                *used,
+                *limit,
+            ));
+        }
+        for ((tenant, ty), (used, limit)) in &gauges.type_permits {
+            permits.push((
+                format!(
+                    "scope=\"type\",tenant=\"{}\",activity_type=\"{}\"",
+                    escape(tenant),
+                    escape(ty)
+                ),
+                *used,
+                *limit,
+            ));
+        }
         header(
             &mut out,
             "corral_permits_in_use",
             "gauge",
             "Concurrency permits held.",
         );
-        let (host_used, host_limit) = gauges.host_permits;
-        let _ = writeln!(out, "corral_permits_in_use{{scope=\"host\"}} {host_used}");
-        for (tenant, (used, _)) in &gauges.tenant_permits {
-            let _ = writeln!(
-                out,
-                "corral_permits_in_use{{scope=\"tenant\",tenant=\"{}\"}} {used}",
-                escape(tenant)
-            );
-        }
-        for ((tenant, ty), (used, _)) in &gauges.type_permits {
-            let _ = writeln!(
-                out,
-                "corral_permits_in_use{{scope=\"type\",tenant=\"{}\",activity_type=\"{}\"}} {used}",
-                escape(tenant),
-                escape(ty)
-            );
+        for (labels, used, _) in &permits {
+            let _ = writeln!(out, "corral_permits_in_use{{{labels}}} {used}");
         }
         header(
             &mut out,
@@ -221,21 +231,8 @@ impl Metrics {
             "gauge",
             "Concurrency limits.",
         );
-        let _ = writeln!(out, "corral_permits_limit{{scope=\"host\"}} {host_limit}");
-        for (tenant, (_, limit)) in &gauges.tenant_permits {
-            let _ = writeln!(
-                out,
-                "corral_permits_limit{{scope=\"tenant\",tenant=\"{}\"}} {limit}",
-                escape(tenant)
-            );
-        }
-        for ((tenant, ty), (_, limit)) in &gauges.type_permits {
-            let _ = writeln!(
-                out,
-                "corral_permits_limit{{scope=\"type\",tenant=\"{}\",activity_type=\"{}\"}} {limit}",
-                escape(tenant),
-                escape(ty)
-            );
+        for (labels, _, limit) in &permits {
+            let _ = writeln!(out, "corral_permits_limit{{{labels}}} {limit}");
         }
         header(
             &mut out,
@@ -303,6 +300,25 @@ fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn permits_are_rendered_for_host_tenants_and_types() {
+        let text = Metrics::default().render(&Gauges {
+            host_permits: (3, 8),
+            tenant_permits: BTreeMap::from([("a".to_owned(), (2, 4))]),
+            type_permits: BTreeMap::from([(("a".to_owned(), "Greet".to_owned()), (1, 2))]),
+        });
+        for line in [
+            "corral_permits_in_use{scope=\"host\"} 3",
+            "corral_permits_limit{scope=\"host\"} 8",
+            "corral_permits_in_use{scope=\"tenant\",tenant=\"a\"} 2",
+            "corral_permits_limit{scope=\"tenant\",tenant=\"a\"} 4",
+            "corral_permits_in_use{scope=\"type\",tenant=\"a\",activity_type=\"Greet\"} 1",
+            "corral_permits_limit{scope=\"type\",tenant=\"a\",activity_type=\"Greet\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
+    }
 
     #[test]
     fn outcomes_are_counted_per_tenant_and_rendered() {
