@@ -4,9 +4,9 @@
 //! JSON Schemas derived from their WIT signatures, answers liveness pings,
 //! renews the connection lease, refuses tasks it has no tenant permit for,
 //! keeps every result until the server acknowledges it (re-reporting the
-//! backlog after a reconnect), reconnects with capped backoff (a drain
-//! reconnects at once), and re-registers when the tenant's activity types
-//! change.
+//! backlog after a reconnect), closes a drained stream once everything is
+//! acknowledged, reconnects with capped backoff, and re-registers when the
+//! tenant's activity types change.
 //!
 //! corral carries its own definition of the protocol (`proto/aion/
 //! worker.proto`): the published `aion-proto-generated` crate pins a

@@ -191,19 +191,18 @@ fn with_sources(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// Serves streams until the connector finishes: reconnects with capped
-/// exponential backoff after a drop, at once after a drain.
+/// Serves streams until the connector finishes: after a drop or a drain,
+/// registers again with capped exponential backoff from the first.
 pub(super) async fn drive(
     shared: Arc<Shared>,
     first: Connection,
     inbound: mpsc::UnboundedSender<Inbound>,
 ) {
     let mut connection = first;
-    let mut backoff = FIRST_BACKOFF;
     loop {
         let end = serve(&shared, connection, &inbound).await;
         *lock(&shared.outbound) = None;
-        let mut wait = match end {
+        match end {
             End::Closed => return,
             End::Replaced(next) => {
                 connection = *next;
@@ -211,14 +210,12 @@ pub(super) async fn drive(
             }
             End::Drained => {
                 tracing::info!(tenant = %shared.tenant, "drained: everything reported; registering again");
-                backoff = FIRST_BACKOFF;
-                FIRST_BACKOFF
             }
             End::Dropped(e) => {
                 tracing::warn!(tenant = %shared.tenant, "the Aion stream dropped: {e}");
-                backoff
             }
-        };
+        }
+        let mut wait = FIRST_BACKOFF;
         connection = loop {
             tokio::select! {
                 () = shared.closing.cancelled() => return,
@@ -227,21 +224,19 @@ pub(super) async fn drive(
             match register(&shared).await {
                 Ok(connection) => break connection,
                 Err(failed) => {
-                    let message = failed.message().to_owned();
-                    match failed {
-                        Failed::Refused(_) => tracing::error!(tenant = %shared.tenant, "{message}"),
-                        Failed::Transport(_) => tracing::warn!(
+                    wait = (wait * 2).min(MAX_BACKOFF);
+                    match &failed {
+                        Failed::Refused(message) => {
+                            tracing::error!(tenant = %shared.tenant, "{message}")
+                        }
+                        Failed::Transport(message) => tracing::warn!(
                             tenant = %shared.tenant,
-                            "reconnecting to the Aion server failed, retrying in {:?}: {message}",
-                            (backoff * 2).min(MAX_BACKOFF)
+                            "reconnecting to the Aion server failed, retrying in {wait:?}: {message}"
                         ),
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    wait = backoff;
                 }
             }
         };
-        backoff = FIRST_BACKOFF;
     }
 }
 
@@ -261,7 +256,7 @@ async fn serve(
     if !window.is_zero() {
         *lock(&shared.window) = window;
     }
-    *lock(&shared.outbound) = Some(sender.clone());
+    *lock(&shared.outbound) = Some(sender);
     let resent = shared.resend_backlog();
     tracing::info!(
         tenant = %shared.tenant,
