@@ -135,3 +135,22 @@ fn served_tenants_get_their_own_grants() {
         "{said}"
     );
 }
+
+#[test]
+fn corral_run_names_the_missing_grant() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args([
+            "run",
+            &path(&example("fetch")),
+            "demo:fetch/api.get",
+            r#""http://127.0.0.1:9/""#,
+        ])
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("which needs outbound HTTP") && said.contains("(--http-host)"),
+        "{said}"
+    );
+}

@@ -172,4 +172,14 @@ fn a_tenant_serves_either_engine_and_names_the_aion_keys() {
             .contains("aion.task_queue: must not be empty")
     );
     assert!(error(&aion.replace("node =", "nod =")).contains("unknown field `nod`"));
+    let http = GOOD.replace(
+        "retry = { Trap = true }",
+        "capabilities = { http_hosts = [\"api.example.com\", \"http://x\"] }",
+    );
+    assert!(
+        error(&http)
+            .contains("tenant[0] (`acme`).capabilities.http_hosts[1]: `http://x` is not a host"),
+        "{}",
+        error(&http)
+    );
 }
