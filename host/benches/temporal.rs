@@ -57,6 +57,51 @@ fn cpu_time(pid: u32) -> Result<Duration> {
     Ok(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux.
 }
 
+/// Per thread name: CPU time and context switches (voluntary +
+/// involuntary) so far, summed over the threads that carry the name.
+fn threads(pid: u32) -> Result<std::collections::BTreeMap<String, (Duration, u64)>> {
+    let mut by_name = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let dir = entry?.path();
+        let (Ok(stat), Ok(status)) = (
+            std::fs::read_to_string(dir.join("stat")),
+            std::fs::read_to_string(dir.join("status")),
+        ) else {
+            continue; // the thread ended meanwhile
+        };
+        let (head, after) = stat.rsplit_once(')').context("stat")?;
+        let name = head.split_once('(').context("stat")?.1.to_owned();
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+        let switches: u64 = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        let slot = by_name.entry(name).or_insert((Duration::ZERO, 0));
+        slot.0 += Duration::from_millis(ticks * 10);
+        slot.1 += switches;
+    }
+    Ok(by_name)
+}
+
+/// Prints where a worker's CPU went between two [`threads`] snapshots.
+fn print_threads(
+    who: &str,
+    before: &std::collections::BTreeMap<String, (Duration, u64)>,
+    after: &std::collections::BTreeMap<String, (Duration, u64)>,
+    n: f64,
+) {
+    for (name, (cpu, switches)) in after {
+        let (cpu0, switches0) = before.get(name).copied().unwrap_or_default();
+        let cpu = cpu.saturating_sub(cpu0).as_secs_f64() * 1e6 / n;
+        let switches = switches.saturating_sub(switches0) as f64 / n;
+        if cpu > 0.0 || switches > 0.05 {
+            println!("    {who} thread {name:<18} {cpu:7.1} µs CPU, {switches:5.2} context switches per activity");
+        }
+    }
+}
+
 async fn connect(address: &str) -> Result<Connection> {
     let url = Url::parse(&format!("http://{address}"))?;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -215,6 +260,7 @@ async fn bench() -> Result<()> {
     let corral_idle = (cpu_time(corral.0.id())? - corral_before).as_secs_f64() / idle.as_secs_f64();
     let native_idle = (cpu_time(native.0.id())? - native_before).as_secs_f64() / idle.as_secs_f64();
 
+    let (corral_threads, native_threads) = (threads(corral.0.id())?, threads(native.0.id())?);
     let (mut corral_time, mut native_time) = (Duration::ZERO, Duration::ZERO);
     let (mut corral_cpu, mut native_cpu) = (Duration::ZERO, Duration::ZERO);
     for round in 0..ROUNDS {
@@ -250,6 +296,8 @@ async fn bench() -> Result<()> {
         "  CPU per activity ratio corral/native: {:.3} (target ≤ 1.1)",
         per_activity(corral_cpu) / per_activity(native_cpu)
     );
+    print_threads("native", &native_threads, &threads(native.0.id())?, n);
+    print_threads("corral", &corral_threads, &threads(corral.0.id())?, n);
     // Background CPU (measured idle, per second) spread over the run.
     let working = |cpu: Duration, idle_rate: f64, t: Duration| {
         (cpu.as_secs_f64() - idle_rate * t.as_secs_f64()).max(0.0) * 1e6 / n
