@@ -2,6 +2,7 @@
 //! liveness, cancellation and shutdown, written against the [`Connector`]
 //! trait so pull engines (Temporal) and push engines (Aion) share it.
 
+mod liveness;
 mod permits;
 mod registry;
 mod task;
@@ -173,6 +174,7 @@ impl Session {
         grace: Duration,
     ) {
         let mut tasks = JoinSet::new();
+        let mut pump = liveness::Pump::default();
         let stopping = shutdown.cancelled();
         tokio::pin!(stopping);
         let mut polling = true;
@@ -191,13 +193,13 @@ impl Session {
                     self.end_grace();
                     grace_over = Box::pin(std::future::pending());
                 }
-                Some(finished) = tasks.join_next() => {
-                    if let Err(e) = finished {
-                        tracing::error!("a task's runner failed: {e}");
-                    }
-                }
+                Some(finished) = tasks.join_next() => match finished {
+                    Ok(key) => pump.remove(&key),
+                    Err(e) => tracing::error!("a task's runner failed: {e}"),
+                },
+                () = pump.due() => pump.beat(connector.as_ref()),
                 inbound = connector.next() => match inbound {
-                    Some(Inbound::Start(start)) => self.start(&mut tasks, &connector, *start),
+                    Some(Inbound::Start(start)) => self.start(&mut tasks, &mut pump, &connector, *start),
                     Some(Inbound::Cancel { key, reason }) => self.cancel(&key, reason),
                     None => break,
                 },
@@ -210,8 +212,9 @@ impl Session {
                 finished = tasks.join_next() => match finished {
                     None => break,
                     Some(Err(e)) => tracing::error!("a task's runner failed: {e}"),
-                    Some(Ok(())) => {}
+                    Some(Ok(key)) => pump.remove(&key),
                 },
+                () = pump.due() => pump.beat(connector.as_ref()),
                 () = &mut grace_over => {
                     self.end_grace();
                     grace_over = Box::pin(std::future::pending());
@@ -226,7 +229,8 @@ impl Session {
     /// the next task.
     fn start(
         self: &Arc<Self>,
-        tasks: &mut JoinSet<()>,
+        tasks: &mut JoinSet<TaskKey>,
+        pump: &mut liveness::Pump,
         connector: &Arc<dyn Connector>,
         start: TaskStart,
     ) {
@@ -235,12 +239,19 @@ impl Session {
             reason: Arc::new(Mutex::new(None)),
         };
         self.in_flight().insert(start.key.clone(), entry.clone());
+        let progress = Arc::new(liveness::Progress::new(
+            self.metrics.clone(),
+            &start.tenant,
+            start.info.last_heartbeat.clone(),
+        ));
+        pump.add(start.key.clone(), start.heartbeat_every, progress.clone());
         let session = self.clone();
         let connector = connector.clone();
         tasks.spawn(async move {
             let key = start.key.clone();
-            task::run(&session, connector.as_ref(), start, entry).await;
+            task::run(&session, connector.as_ref(), start, entry, progress).await;
             session.in_flight().remove(&key);
+            key
         });
     }
 

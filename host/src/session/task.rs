@@ -2,16 +2,16 @@
 //! liveness pump beside it, map the outcome to what the engine expects, and
 //! deliver the report until the engine accepts it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::sync::Notify;
 use tracing::Instrument;
 
+use super::liveness::Progress;
 use super::{Args, CancelReason, Connector, InFlight, Report, Session, TaskStart};
-use crate::metrics::{COMPLETED, Metrics};
-use crate::sandbox::{Failure, FailureClass, Outcome, RetryPolicy, Task, TaskObserver};
+use crate::metrics::COMPLETED;
+use crate::sandbox::{Failure, FailureClass, Outcome, RetryPolicy, Task};
 use crate::sync::lock;
 
 /// The longest wait between two report attempts.
@@ -25,6 +25,7 @@ pub(super) async fn run(
     connector: &dyn Connector,
     mut start: TaskStart,
     entry: InFlight,
+    progress: Arc<Progress>,
 ) {
     let span = tracing::info_span!(
         "task",
@@ -36,7 +37,8 @@ pub(super) async fn run(
     async {
         let started = Instant::now();
         session.metrics.task_started(&start.tenant);
-        let (outcome, activity) = execute(session, connector, &mut start, &entry).await;
+        let (outcome, activity) = execute(session, connector, &mut start, &entry, &progress).await;
+        progress.end();
         let reason = *lock(&entry.reason);
         let report = to_report(outcome, reason);
         let label = match &report {
@@ -58,39 +60,12 @@ pub(super) async fn run(
     .await
 }
 
-/// The guest's latest progress, forwarded by the runner (the observer runs
-/// on the guest's thread and must not block on the transport).
-struct Progress {
-    last: Mutex<Option<Value>>,
-    fresh: Notify,
-    metrics: Arc<Metrics>,
-    tenant: String,
-}
-
-impl Progress {
-    fn last(&self) -> Option<Value> {
-        lock(&self.last).clone()
-    }
-}
-
-impl TaskObserver for Progress {
-    fn heartbeat(&self, _count: u32, details: Option<&Value>) {
-        if let Some(details) = details {
-            *lock(&self.last) = Some(details.clone());
-        }
-        self.fresh.notify_one();
-    }
-
-    fn instantiated(&self, took: Duration) {
-        self.metrics.instantiated(&self.tenant, took);
-    }
-}
-
 async fn execute(
     session: &Session,
     connector: &dyn Connector,
     start: &mut TaskStart,
     entry: &InFlight,
+    progress: &Arc<Progress>,
 ) -> (Outcome, String) {
     let default_policy = RetryPolicy::default();
     let tenant = session.registry.tenant(&start.tenant);
@@ -109,7 +84,7 @@ async fn execute(
         ));
         return (unknown, "<unknown>".to_owned());
     };
-    let outcome = run_routed(session, connector, start, entry, &route, policy).await;
+    let outcome = run_routed(session, connector, start, entry, progress, &route, policy).await;
     (outcome, route.activity)
 }
 
@@ -118,6 +93,7 @@ async fn run_routed(
     connector: &dyn Connector,
     start: &mut TaskStart,
     entry: &InFlight,
+    progress: &Arc<Progress>,
     route: &super::Route,
     policy: &RetryPolicy,
 ) -> Outcome {
@@ -125,15 +101,6 @@ async fn run_routed(
     let args = std::mem::replace(&mut start.args, Ok(Args::Positional(Vec::new())))
         .and_then(|args| positional(args, route))
         .map_err(|e| Failure::new(FailureClass::InvalidInput, policy, e))?;
-    let progress = Arc::new(Progress {
-        last: Mutex::new(None),
-        fresh: Notify::new(),
-        metrics: session.metrics.clone(),
-        tenant: start.tenant.clone(),
-    });
-    if let Some(previous) = &start.info.last_heartbeat {
-        *lock(&progress.last) = Some(previous.clone());
-    }
     let task = Task {
         activity_type: route.activity.clone(),
         args,
@@ -144,7 +111,8 @@ async fn run_routed(
     };
     // The type slot (for a type with its own limit), then the host slot
     // are taken here, in arrival order, and held while the guest runs; the
-    // pump below keeps the task alive with the engine while it waits.
+    // session's liveness pump keeps the task alive with the engine while it
+    // waits.
     let engine_name: &str = &start.activity_type;
     let execution = async {
         let _type = session
@@ -158,17 +126,13 @@ async fn run_routed(
             .await
     };
     tokio::pin!(execution);
-    // Liveness: the engine hears from every in-flight task at the pace its
-    // connector asked for, whether or not the guest heartbeats itself. A
-    // stuck guest is still ended by its deadline.
-    let mut pump = tokio::time::interval(start.heartbeat_every);
-    pump.tick().await;
+    // The guest's own heartbeats are forwarded as they come (the connector
+    // throttles them); the pump repeats the latest in between.
     loop {
         tokio::select! {
             biased;
             outcome = &mut execution => return outcome,
             () = progress.fresh.notified() => connector.heartbeat(&start.key, progress.last().as_ref()),
-            _ = pump.tick() => connector.heartbeat(&start.key, progress.last().as_ref()),
         }
     }
 }

@@ -35,6 +35,18 @@ struct Scripted {
     reports: Mutex<Vec<(TaskKey, Report)>>,
     transport_failures: AtomicU32,
     attempts: AtomicU32,
+    heartbeats: Mutex<Vec<(TaskKey, Option<Value>)>>,
+}
+
+impl Scripted {
+    fn heartbeats_of(&self, key: &[u8]) -> Vec<Option<Value>> {
+        let heartbeats = self.heartbeats.lock().unwrap();
+        heartbeats
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, details)| details.clone())
+            .collect()
+    }
 }
 
 #[async_trait]
@@ -64,7 +76,10 @@ impl Connector for Scripted {
         Ok(())
     }
 
-    fn heartbeat(&self, _: &TaskKey, _: Option<&Value>) {}
+    fn heartbeat(&self, key: &TaskKey, details: Option<&Value>) {
+        let mut heartbeats = self.heartbeats.lock().unwrap();
+        heartbeats.push((key.clone(), details.cloned()));
+    }
 
     fn stop_polling(&self) {
         self.stopped.cancel();
@@ -111,6 +126,7 @@ fn fixture_with(transport_failures: u32, permits: Permits) -> Fixture {
             reports: Mutex::new(Vec::new()),
             transport_failures: AtomicU32::new(transport_failures),
             attempts: AtomicU32::new(0),
+            heartbeats: Mutex::new(Vec::new()),
         }),
         send,
         shutdown: CancellationToken::new(),
@@ -252,6 +268,63 @@ async fn a_requested_cancel_interrupts_a_stuck_guest_and_reports_cancelled() {
     assert!(
         matches!(&reports[0].1, Report::Cancelled(f) if f.class == FailureClass::Cancelled),
         "{reports:?}"
+    );
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
+
+// Two guests spin: two more workers keep the timers running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tasks_in_flight_are_heartbeated_at_their_pace_until_they_end() {
+    let f = fixture(0);
+    let serving = f.serve(Duration::from_secs(1));
+    let Inbound::Start(mut spin) = start(b"s", "spin") else {
+        unreachable!()
+    };
+    spin.heartbeat_every = Duration::from_millis(50);
+    spin.info.last_heartbeat = Some(json!({"step": 3}));
+    f.send.send(Inbound::Start(spin)).await.unwrap();
+    let Inbound::Start(mut slow) = start(b"w", "spin") else {
+        unreachable!()
+    };
+    slow.heartbeat_every = Duration::from_secs(60);
+    f.send.send(Inbound::Start(slow)).await.unwrap();
+    let Inbound::Start(mut quick) = start(b"a", "answer") else {
+        unreachable!()
+    };
+    quick.heartbeat_every = Duration::from_millis(50);
+    f.send.send(Inbound::Start(quick)).await.unwrap();
+    f.wait_for_reports(1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let beats = f.engine.heartbeats_of(b"s");
+    assert!(beats.len() >= 3, "a running task is heartbeated: {beats:?}");
+    assert!(
+        beats.iter().all(|d| d == &Some(json!({"step": 3}))),
+        "with the previous attempt's details: {beats:?}"
+    );
+    assert!(f.engine.heartbeats_of(b"w").is_empty(), "each at its own pace");
+    assert!(
+        f.engine.heartbeats_of(b"a").len() <= 1,
+        "a finished task is not heartbeated"
+    );
+
+    for key in [b"s", b"w"] {
+        f.send
+            .send(Inbound::Cancel {
+                key: key.to_vec(),
+                reason: CancelReason::Requested,
+            })
+            .await
+            .unwrap();
+    }
+    f.wait_for_reports(3).await;
+    let after = f.engine.heartbeats_of(b"s").len();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        f.engine.heartbeats_of(b"s").len(),
+        after,
+        "no heartbeats once reported"
     );
     f.shutdown.cancel();
     serving.await.unwrap();

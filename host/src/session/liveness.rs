@@ -1,0 +1,155 @@
+//! Liveness: every task in flight is heartbeated at the pace its engine
+//! asked for, whether or not its guest heartbeats itself. One timer serves
+//! all of a connector's tasks: a timer per task would be registered (and
+//! would wake the runtime's timer driver) once per task, which cost more
+//! CPU than the sandbox itself for short activities.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio::time::{Instant, Sleep};
+
+use super::{Connector, TaskKey};
+use crate::metrics::Metrics;
+use crate::sandbox::TaskObserver;
+use crate::sync::lock;
+
+/// A task's liveness as its runner and the pump share it. The guest's
+/// observer runs on the guest's thread and must not block on the transport,
+/// so the runner forwards fresh progress, and the pump repeats the latest.
+pub(super) struct Progress {
+    last: Mutex<Option<Value>>,
+    pub(super) fresh: Notify,
+    /// Set once the outcome exists: the engine hears no more heartbeats.
+    ended: AtomicBool,
+    metrics: Arc<Metrics>,
+    tenant: String,
+}
+
+impl Progress {
+    /// Starts from the previous attempt's last details, if any.
+    pub(super) fn new(metrics: Arc<Metrics>, tenant: &str, last: Option<Value>) -> Self {
+        Progress {
+            last: Mutex::new(last),
+            fresh: Notify::new(),
+            ended: AtomicBool::new(false),
+            metrics,
+            tenant: tenant.to_owned(),
+        }
+    }
+
+    pub(super) fn last(&self) -> Option<Value> {
+        lock(&self.last).clone()
+    }
+
+    pub(super) fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+}
+
+impl TaskObserver for Progress {
+    fn heartbeat(&self, _count: u32, details: Option<&Value>) {
+        if let Some(details) = details {
+            *lock(&self.last) = Some(details.clone());
+        }
+        self.fresh.notify_one();
+    }
+
+    fn instantiated(&self, took: Duration) {
+        self.metrics.instantiated(&self.tenant, took);
+    }
+}
+
+struct Due {
+    every: Duration,
+    next: Instant,
+    progress: Arc<Progress>,
+}
+
+/// The heartbeat schedule of one connector's tasks in flight: a single
+/// timer, armed for the earliest heartbeat due.
+pub(super) struct Pump {
+    tasks: HashMap<TaskKey, Due>,
+    timer: Pin<Box<Sleep>>,
+    armed: Option<Instant>,
+}
+
+impl Default for Pump {
+    fn default() -> Self {
+        Pump {
+            tasks: HashMap::new(),
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            armed: None,
+        }
+    }
+}
+
+impl Pump {
+    /// Heartbeats `key` every `every` from now on, until it is removed or
+    /// its progress ends.
+    pub(super) fn add(&mut self, key: TaskKey, every: Duration, progress: Arc<Progress>) {
+        let next = Instant::now() + every;
+        self.tasks.insert(
+            key,
+            Due {
+                every,
+                next,
+                progress,
+            },
+        );
+        // Tasks usually share one pace, so a newcomer is rarely the
+        // earliest: the timer is re-armed only when it is.
+        if self.armed.is_none_or(|at| next < at) {
+            self.arm(next);
+        }
+    }
+
+    pub(super) fn remove(&mut self, key: &TaskKey) {
+        // The timer stays armed: when it fires it finds what is still due.
+        self.tasks.remove(key);
+    }
+
+    /// Waits until a heartbeat is due; never resolves while nothing is in
+    /// flight. Cancel-safe.
+    pub(super) async fn due(&mut self) {
+        match self.armed {
+            Some(_) => (&mut self.timer).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Heartbeats every task whose time has come and re-arms the timer for
+    /// the next one.
+    pub(super) fn beat(&mut self, connector: &dyn Connector) {
+        let now = Instant::now();
+        let mut earliest: Option<Instant> = None;
+        for (key, due) in &mut self.tasks {
+            if due.progress.ended() {
+                continue;
+            }
+            if due.next <= now {
+                connector.heartbeat(key, due.progress.last().as_ref());
+                due.next = now + due.every;
+            }
+            earliest = Some(earliest.map_or(due.next, |e| e.min(due.next)));
+        }
+        match earliest {
+            Some(at) => self.arm(at),
+            None => self.armed = None,
+        }
+    }
+
+    fn arm(&mut self, at: Instant) {
+        self.timer.as_mut().reset(at);
+        self.armed = Some(at);
+    }
+}
