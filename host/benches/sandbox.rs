@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 use corral::sandbox::{Limits, Sandbox, SandboxConfig, Task, Tenant};
 use serde_json::json;
 use wasmtime::component::{Linker, ResourceTable};
-use wasmtime::{Store, UpdateDeadline};
+use wasmtime::Store;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 const ROUNDS: usize = 7;
@@ -56,7 +56,7 @@ async fn overhead() -> Result<()> {
         ..Tenant::default()
     };
 
-    // The raw floor: same engine (pooling, epochs, fuel), same component.
+    // The raw floor: same engine (pooling, fuel), same component.
     let engine = sandbox.engine();
     let mut linker: Linker<Raw> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
@@ -80,8 +80,7 @@ async fn overhead() -> Result<()> {
             },
         );
         store.set_fuel(u64::MAX)?;
-        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
-        store.set_epoch_deadline(1);
+        store.fuel_async_yield_interval(Some(SandboxConfig::default().yield_every_fuel))?;
         let instance = pre.instantiate_async(&mut store).await?;
         let f = instance.get_typed_func::<(u32,), (u32,)>(&mut store, func)?;
         let (out,) = f.call_async(&mut store, (7,)).await?;

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::Val;
 use wasmtime::component::types::{ResultType, Type};
-use wasmtime::{Store, UpdateDeadline};
+use wasmtime::Store;
 
 use super::capabilities::{Capabilities, PolicyError};
 use super::classify::{Evidence, classify};
@@ -93,12 +93,6 @@ impl Sandbox {
                 tenant.name, limits.table_elements, self.config.max_table_elements
             )));
         }
-        if limits.fuel.is_some() && !self.config.fuel {
-            return Err(PolicyError(format!(
-                "tenant `{}` has a fuel budget but the host runs without fuel metering",
-                tenant.name
-            )));
-        }
         if limits.timeout == Some(Duration::ZERO) {
             return Err(PolicyError(format!(
                 "tenant `{}`: timeout must be above zero",
@@ -116,7 +110,6 @@ impl Sandbox {
         tenant: &Tenant,
         task: Task,
     ) -> Outcome {
-        let _running = self.running();
         let policy = &tenant.retry;
         let limits = &tenant.limits;
         let Some(activity) = component.activity(&task.activity_type) else {
@@ -201,21 +194,20 @@ impl Sandbox {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
-        if self.config.fuel {
-            let fuel = limits.fuel.unwrap_or(u64::MAX);
-            if let Err(e) = store.set_fuel(fuel) {
-                return Err(Failure::new(
-                    FailureClass::Host,
-                    policy,
-                    format!("setting fuel: {e:#}"),
-                ));
-            }
+        // The tenant's CPU budget, and a yield to the runtime every so much
+        // fuel: this is what lets the deadline and cancellation below end a
+        // guest that never returns, and keeps one busy guest from starving
+        // everything else.
+        if let Err(e) = store
+            .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+            .and_then(|()| store.fuel_async_yield_interval(Some(self.config.yield_every_fuel)))
+        {
+            return Err(Failure::new(
+                FailureClass::Host,
+                policy,
+                format!("setting fuel: {e:#}"),
+            ));
         }
-        // Yield to the runtime at every epoch tick: this is what lets the
-        // deadline and cancellation below end a guest that never returns,
-        // and keeps one busy guest from starving everything else.
-        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
-        store.set_epoch_deadline(1);
 
         let mut results = vec![Val::Bool(false); usize::from(activity.result.is_some())];
         let started = Instant::now();
