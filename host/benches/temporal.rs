@@ -34,8 +34,8 @@ use tokio::sync::Semaphore;
 
 const ACTIVITY: &str = "demo:echo/api.echo-u32";
 const CONCURRENCY: usize = 32;
-const PER_ROUND: usize = 600;
-const ROUNDS: usize = 3;
+const PER_ROUND: usize = 400;
+const ROUNDS: usize = 6;
 
 /// A child process killed when dropped.
 struct Process(Child);
@@ -263,14 +263,25 @@ async fn bench() -> Result<()> {
     let (corral_threads, native_threads) = (threads(corral.0.id())?, threads(native.0.id())?);
     let (mut corral_time, mut native_time) = (Duration::ZERO, Duration::ZERO);
     let (mut corral_cpu, mut native_cpu) = (Duration::ZERO, Duration::ZERO);
+    let mut round_ratios = Vec::new();
     for round in 0..ROUNDS {
         let name = format!("r{round}");
-        let before = cpu_time(native.0.id())?;
-        native_time += load(&client, "native", PER_ROUND, &name).await?;
-        native_cpu += cpu_time(native.0.id())? - before;
-        let before = cpu_time(corral.0.id())?;
-        corral_time += load(&client, "corral", PER_ROUND, &name).await?;
-        corral_cpu += cpu_time(corral.0.id())? - before;
+        // Each worker goes first every other round, so neither always runs
+        // on a dev server the other has just warmed (or tired).
+        let mut measured = [(Duration::ZERO, Duration::ZERO); 2];
+        for i in 0..2 {
+            let (queue, pid) = match (round + i) % 2 {
+                0 => ("native", native.0.id()),
+                _ => ("corral", corral.0.id()),
+            };
+            let before = cpu_time(pid)?;
+            let took = load(&client, queue, PER_ROUND, &name).await?;
+            measured[(round + i) % 2] = (took, cpu_time(pid)? - before);
+        }
+        let [(nt, nc), (ct, cc)] = measured;
+        (native_time, native_cpu, corral_time, corral_cpu) =
+            (native_time + nt, native_cpu + nc, corral_time + ct, corral_cpu + cc);
+        round_ratios.push(cc.as_secs_f64() / nc.as_secs_f64());
     }
     let n = (ROUNDS * PER_ROUND) as f64;
     let throughput = |t: Duration| n / t.as_secs_f64();
@@ -295,6 +306,13 @@ async fn bench() -> Result<()> {
     println!(
         "  CPU per activity ratio corral/native: {:.3} (target ≤ 1.1)",
         per_activity(corral_cpu) / per_activity(native_cpu)
+    );
+    let rounds: Vec<String> = round_ratios.iter().map(|r| format!("{r:.3}")).collect();
+    round_ratios.sort_by(f64::total_cmp);
+    println!(
+        "  per round: {}; median {:.3}",
+        rounds.join(" "),
+        round_ratios[round_ratios.len() / 2]
     );
     print_threads("native", &native_threads, &threads(native.0.id())?, n);
     print_threads("corral", &corral_threads, &threads(corral.0.id())?, n);
@@ -326,7 +344,12 @@ fn main() -> Result<()> {
         let (Some(address), Some(queue)) = (args.get(2), args.get(3)) else {
             bail!("usage: --native-worker ADDRESS QUEUE");
         };
-        return runtime.block_on(native_worker(address, queue));
+        // On a runtime worker, as corral's poller is: polling from the
+        // main thread would add a thread hop per task to the baseline.
+        let (address, queue) = (address.clone(), queue.clone());
+        return runtime.block_on(async move {
+            tokio::spawn(async move { native_worker(&address, &queue).await }).await?
+        });
     }
     runtime.block_on(bench())
 }

@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
 use super::{Connector, TaskKey};
@@ -19,12 +18,13 @@ use crate::metrics::Metrics;
 use crate::sandbox::TaskObserver;
 use crate::sync::lock;
 
-/// A task's liveness as its runner and the pump share it. The guest's
-/// observer runs on the guest's thread and must not block on the transport,
-/// so the runner forwards fresh progress, and the pump repeats the latest.
+/// A task's liveness, as its guest and the pump share it: the guest's
+/// heartbeats go to the connector as they come (its `heartbeat` never
+/// blocks, and throttles), and the pump repeats the latest in between.
 pub(super) struct Progress {
+    key: TaskKey,
+    connector: Arc<dyn Connector>,
     last: Mutex<Option<Value>>,
-    pub(super) fresh: Notify,
     /// Set once the outcome exists: the engine hears no more heartbeats.
     ended: AtomicBool,
     metrics: Arc<Metrics>,
@@ -33,10 +33,17 @@ pub(super) struct Progress {
 
 impl Progress {
     /// Starts from the previous attempt's last details, if any.
-    pub(super) fn new(metrics: Arc<Metrics>, tenant: &str, last: Option<Value>) -> Self {
+    pub(super) fn new(
+        key: TaskKey,
+        connector: Arc<dyn Connector>,
+        metrics: Arc<Metrics>,
+        tenant: &str,
+        last: Option<Value>,
+    ) -> Self {
         Progress {
+            key,
+            connector,
             last: Mutex::new(last),
-            fresh: Notify::new(),
             ended: AtomicBool::new(false),
             metrics,
             tenant: tenant.to_owned(),
@@ -58,10 +65,16 @@ impl Progress {
 
 impl TaskObserver for Progress {
     fn heartbeat(&self, _count: u32, details: Option<&Value>) {
-        if let Some(details) = details {
-            *lock(&self.last) = Some(details.clone());
+        let last = {
+            let mut last = lock(&self.last);
+            if let Some(details) = details {
+                *last = Some(details.clone());
+            }
+            last.clone()
+        };
+        if !self.ended() {
+            self.connector.heartbeat(&self.key, last.as_ref());
         }
-        self.fresh.notify_one();
     }
 
     fn instantiated(&self, took: Duration) {

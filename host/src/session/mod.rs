@@ -103,7 +103,7 @@ pub trait Connector: Send + Sync + 'static {
     async fn report(&self, key: &TaskKey, report: Report) -> Result<(), ReportError>;
 
     /// Liveness and progress: the connector forwards it (throttled as the
-    /// engine needs).
+    /// engine needs). Called from the guest's thread: it must not block.
     fn heartbeat(&self, key: &TaskKey, details: Option<&Value>);
 
     /// Stop asking for new work. `next` still delivers cancels, then `None`.
@@ -240,6 +240,8 @@ impl Session {
         };
         self.in_flight().insert(start.key.clone(), entry.clone());
         let progress = Arc::new(liveness::Progress::new(
+            start.key.clone(),
+            connector.clone(),
             self.metrics.clone(),
             &start.tenant,
             start.info.last_heartbeat.clone(),

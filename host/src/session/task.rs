@@ -37,7 +37,7 @@ pub(super) async fn run(
     async {
         let started = Instant::now();
         session.metrics.task_started(&start.tenant);
-        let (outcome, activity) = execute(session, connector, &mut start, &entry, &progress).await;
+        let (outcome, activity) = execute(session, &mut start, &entry, &progress).await;
         progress.end();
         let reason = *lock(&entry.reason);
         let report = to_report(outcome, reason);
@@ -62,7 +62,6 @@ pub(super) async fn run(
 
 async fn execute(
     session: &Session,
-    connector: &dyn Connector,
     start: &mut TaskStart,
     entry: &InFlight,
     progress: &Arc<Progress>,
@@ -84,13 +83,12 @@ async fn execute(
         ));
         return (unknown, "<unknown>".to_owned());
     };
-    let outcome = run_routed(session, connector, start, entry, progress, &route, policy).await;
+    let outcome = run_routed(session, start, entry, progress, &route, policy).await;
     (outcome, route.activity)
 }
 
 async fn run_routed(
     session: &Session,
-    connector: &dyn Connector,
     start: &mut TaskStart,
     entry: &InFlight,
     progress: &Arc<Progress>,
@@ -113,28 +111,15 @@ async fn run_routed(
     // are taken here, in arrival order, and held while the guest runs; the
     // session's liveness pump keeps the task alive with the engine while it
     // waits.
-    let engine_name: &str = &start.activity_type;
-    let execution = async {
-        let _type = session
-            .permits
-            .type_slot(&route.tenant.name, &[engine_name, &route.activity])
-            .await;
-        let _slot = session.permits.host_slot().await;
-        session
-            .sandbox
-            .execute(&route.component, &route.tenant, task)
-            .await
-    };
-    tokio::pin!(execution);
-    // The guest's own heartbeats are forwarded as they come (the connector
-    // throttles them); the pump repeats the latest in between.
-    loop {
-        tokio::select! {
-            biased;
-            outcome = &mut execution => return outcome,
-            () = progress.fresh.notified() => connector.heartbeat(&start.key, progress.last().as_ref()),
-        }
-    }
+    let _type = session
+        .permits
+        .type_slot(&route.tenant.name, &[&start.activity_type, &route.activity])
+        .await;
+    let _slot = session.permits.host_slot().await;
+    session
+        .sandbox
+        .execute(&route.component, &route.tenant, task)
+        .await
 }
 
 /// Named arguments in the activity type's parameter order. Names match as
