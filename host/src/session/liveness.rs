@@ -107,8 +107,9 @@ impl Default for Pump {
 }
 
 impl Pump {
-    /// Heartbeats `key` every `every` from now on, until it is removed or
-    /// its progress ends.
+    /// Heartbeats `key` every `every` from now on, until its progress ends
+    /// (ended tasks are forgotten at the next beat, so a finished task
+    /// costs the loop no wake-up of its own).
     pub(super) fn add(&mut self, key: TaskKey, every: Duration, progress: Arc<Progress>) {
         let next = Instant::now() + every;
         self.tasks.insert(
@@ -126,11 +127,6 @@ impl Pump {
         }
     }
 
-    pub(super) fn remove(&mut self, key: &TaskKey) {
-        // The timer stays armed: when it fires it finds what is still due.
-        self.tasks.remove(key);
-    }
-
     /// Waits until a heartbeat is due; never resolves while nothing is in
     /// flight. Cancel-safe.
     pub(super) async fn due(&mut self) {
@@ -140,15 +136,13 @@ impl Pump {
         }
     }
 
-    /// Heartbeats every task whose time has come and re-arms the timer for
-    /// the next one.
+    /// Heartbeats every task whose time has come, forgets the ones that
+    /// ended, and re-arms the timer for the next one.
     pub(super) fn beat(&mut self, connector: &dyn Connector) {
         let now = Instant::now();
         let mut earliest: Option<Instant> = None;
+        self.tasks.retain(|_, due| !due.progress.ended());
         for (key, due) in &mut self.tasks {
-            if due.progress.ended() {
-                continue;
-            }
             if due.next <= now {
                 connector.heartbeat(key, due.progress.last().as_ref());
                 due.next = now + due.every;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub use permits::{HostSlot, Permit, Permits, TypeSlot, Usage};
 pub use registry::{Registry, Route, TenantTable};
@@ -95,7 +95,9 @@ pub struct ReportError {
 #[async_trait]
 pub trait Connector: Send + Sync + 'static {
     /// The next task or cancel. `None` once the connector has shut down and
-    /// nothing more will come.
+    /// nothing more will come. The loop calls it again only once the
+    /// previous call returned, and never drops a call midway, so a pull
+    /// engine can poll its server right here.
     async fn next(&self) -> Option<Inbound>;
 
     /// Delivers an outcome. Transport failures come back as retryable
@@ -126,6 +128,20 @@ impl InFlight {
     fn cancel(&self, reason: CancelReason) {
         lock(&self.reason).get_or_insert(reason);
         self.cancel.cancel();
+    }
+}
+
+/// Ends a runner's task: out of the in-flight table, no more heartbeats.
+struct Done<'a> {
+    session: &'a Session,
+    key: TaskKey,
+    progress: Arc<liveness::Progress>,
+}
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.progress.end();
+        self.session.in_flight().remove(&self.key);
     }
 }
 
@@ -173,13 +189,18 @@ impl Session {
         shutdown: CancellationToken,
         grace: Duration,
     ) {
-        let mut tasks = JoinSet::new();
+        // Runners are not joined one by one: each ends its own liveness and
+        // in-flight entry, so the loop wakes for arrivals, not completions.
+        let tasks = TaskTracker::new();
         let mut pump = liveness::Pump::default();
         let stopping = shutdown.cancelled();
         tokio::pin!(stopping);
         let mut polling = true;
         let mut grace_over: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
             Box::pin(std::future::pending());
+        // One `next` at a time, never dropped mid-call: a pull engine may
+        // be in the middle of taking a task from its server.
+        let mut next = connector.next();
         loop {
             tokio::select! {
                 biased;
@@ -193,27 +214,26 @@ impl Session {
                     self.end_grace();
                     grace_over = Box::pin(std::future::pending());
                 }
-                Some(finished) = tasks.join_next() => match finished {
-                    Ok(key) => pump.remove(&key),
-                    Err(e) => tracing::error!("a task's runner failed: {e}"),
-                },
                 () = pump.due() => pump.beat(connector.as_ref()),
-                inbound = connector.next() => match inbound {
-                    Some(Inbound::Start(start)) => self.start(&mut tasks, &mut pump, &connector, *start),
-                    Some(Inbound::Cancel { key, reason }) => self.cancel(&key, reason),
-                    None => break,
-                },
+                inbound = &mut next => {
+                    let Some(inbound) = inbound else { break };
+                    next = connector.next();
+                    match inbound {
+                        Inbound::Start(start) => self.start(&tasks, &mut pump, &connector, *start),
+                        Inbound::Cancel { key, reason } => self.cancel(&key, reason),
+                    }
+                }
             }
         }
+        drop(next);
         // The connector is closed: finish (and report) what is running, still
         // within the grace period if shutting down.
+        tasks.close();
+        let finished = tasks.wait();
+        tokio::pin!(finished);
         loop {
             tokio::select! {
-                finished = tasks.join_next() => match finished {
-                    None => break,
-                    Some(Err(e)) => tracing::error!("a task's runner failed: {e}"),
-                    Some(Ok(key)) => pump.remove(&key),
-                },
+                () = &mut finished => break,
                 () = pump.due() => pump.beat(connector.as_ref()),
                 () = &mut grace_over => {
                     self.end_grace();
@@ -229,7 +249,7 @@ impl Session {
     /// the next task.
     fn start(
         self: &Arc<Self>,
-        tasks: &mut JoinSet<TaskKey>,
+        tasks: &TaskTracker,
         pump: &mut liveness::Pump,
         connector: &Arc<dyn Connector>,
         start: TaskStart,
@@ -250,10 +270,14 @@ impl Session {
         let session = self.clone();
         let connector = connector.clone();
         tasks.spawn(async move {
-            let key = start.key.clone();
+            // Even a runner that panics (a broken invariant) leaves the
+            // in-flight table and stops being heartbeated.
+            let _done = Done {
+                session: &session,
+                key: start.key.clone(),
+                progress: progress.clone(),
+            };
             task::run(&session, connector.as_ref(), start, entry, progress).await;
-            session.in_flight().remove(&key);
-            key
         });
     }
 

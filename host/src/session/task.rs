@@ -38,6 +38,7 @@ pub(super) async fn run(
         let started = Instant::now();
         session.metrics.task_started(&start.tenant);
         let (outcome, activity) = execute(session, &mut start, &entry, &progress).await;
+        // The outcome exists: no more heartbeats while it is reported.
         progress.end();
         let reason = *lock(&entry.reason);
         let report = to_report(outcome, reason);

@@ -25,7 +25,6 @@ use temporalio_sdk_core::{
     CoreRuntime, PollError, TunerBuilder, Url, Worker, WorkerConfig, WorkerVersioningStrategy,
     init_worker,
 };
-use tokio::sync::{Mutex, mpsc};
 
 use crate::config::TemporalBinding;
 use crate::sandbox::TaskInfo;
@@ -77,8 +76,8 @@ pub fn dev_server_args(port: u16, db: Option<&std::path::Path>) -> std::io::Resu
 
 /// One tenant's Temporal worker.
 pub struct TemporalConnector {
-    worker: Arc<Worker>,
-    inbound: Mutex<mpsc::Receiver<Inbound>>,
+    worker: Worker,
+    tenant: String,
 }
 
 impl TemporalConnector {
@@ -127,12 +126,9 @@ impl TemporalConnector {
                 binding.namespace
             )
         })?;
-        let worker = Arc::new(worker);
-        let (sender, receiver) = mpsc::channel(64);
-        tokio::spawn(poll(worker.clone(), tenant.to_owned(), sender));
         Ok(TemporalConnector {
             worker,
-            inbound: Mutex::new(receiver),
+            tenant: tenant.to_owned(),
         })
     }
 }
@@ -153,31 +149,6 @@ async fn connect_with_retry(url: &Url, patience: Duration) -> anyhow::Result<Con
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
             Err(e) => return Err(anyhow::Error::new(e)),
-        }
-    }
-}
-
-/// The poller runs in its own task: sdk-core's poll is not safe to drop
-/// mid-call (a task taken from the server would be lost), while the
-/// session loop's `select!` drops whatever branch did not win.
-async fn poll(worker: Arc<Worker>, tenant: String, sender: mpsc::Sender<Inbound>) {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        match worker.poll_activity_task().await {
-            Ok(task) => {
-                backoff = Duration::from_millis(100);
-                if let Some(inbound) = inbound(task, &tenant)
-                    && sender.send(inbound).await.is_err()
-                {
-                    return;
-                }
-            }
-            Err(PollError::ShutDown) => return,
-            Err(e) => {
-                tracing::warn!(%tenant, "polling Temporal failed, retrying in {backoff:?}: {e}");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
-            }
         }
     }
 }
@@ -254,8 +225,27 @@ fn inbound(task: ActivityTask, tenant: &str) -> Option<Inbound> {
 
 #[async_trait]
 impl Connector for TemporalConnector {
+    /// Polls sdk-core in the session loop's own task (which never drops a
+    /// poll midway: a task taken from the server would be lost).
     async fn next(&self) -> Option<Inbound> {
-        self.inbound.lock().await.recv().await
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.worker.poll_activity_task().await {
+                Ok(task) => {
+                    backoff = Duration::from_millis(100);
+                    if let Some(inbound) = inbound(task, &self.tenant) {
+                        return Some(inbound);
+                    }
+                }
+                Err(PollError::ShutDown) => return None,
+                Err(e) => {
+                    let tenant = &self.tenant;
+                    tracing::warn!(%tenant, "polling Temporal failed, retrying in {backoff:?}: {e}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
     }
 
     async fn report(&self, key: &TaskKey, report: Report) -> Result<(), ReportError> {
