@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use corral::sandbox::{Limits, Sandbox, SandboxConfig, Task, Tenant};
 use serde_json::json;
-use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::Store;
+use wasmtime::component::{Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 const ROUNDS: usize = 7;

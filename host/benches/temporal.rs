@@ -97,7 +97,9 @@ fn print_threads(
         let cpu = cpu.saturating_sub(cpu0).as_secs_f64() * 1e6 / n;
         let switches = switches.saturating_sub(switches0) as f64 / n;
         if cpu > 0.0 || switches > 0.05 {
-            println!("    {who} thread {name:<18} {cpu:7.1} µs CPU, {switches:5.2} context switches per activity");
+            println!(
+                "    {who} thread {name:<18} {cpu:7.1} µs CPU, {switches:5.2} context switches per activity"
+            );
         }
     }
 }
@@ -279,8 +281,12 @@ async fn bench() -> Result<()> {
             measured[(round + i) % 2] = (took, cpu_time(pid)? - before);
         }
         let [(nt, nc), (ct, cc)] = measured;
-        (native_time, native_cpu, corral_time, corral_cpu) =
-            (native_time + nt, native_cpu + nc, corral_time + ct, corral_cpu + cc);
+        (native_time, native_cpu, corral_time, corral_cpu) = (
+            native_time + nt,
+            native_cpu + nc,
+            corral_time + ct,
+            corral_cpu + cc,
+        );
         round_ratios.push(cc.as_secs_f64() / nc.as_secs_f64());
     }
     let n = (ROUNDS * PER_ROUND) as f64;

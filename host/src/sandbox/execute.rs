@@ -7,9 +7,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use wasmtime::Store;
 use wasmtime::component::Val;
 use wasmtime::component::types::{ResultType, Type};
-use wasmtime::Store;
 
 use super::capabilities::{Capabilities, PolicyError};
 use super::classify::{Evidence, classify};

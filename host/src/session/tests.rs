@@ -303,7 +303,10 @@ async fn tasks_in_flight_are_heartbeated_at_their_pace_until_they_end() {
         beats.iter().all(|d| d == &Some(json!({"step": 3}))),
         "with the previous attempt's details: {beats:?}"
     );
-    assert!(f.engine.heartbeats_of(b"w").is_empty(), "each at its own pace");
+    assert!(
+        f.engine.heartbeats_of(b"w").is_empty(),
+        "each at its own pace"
+    );
     assert!(
         f.engine.heartbeats_of(b"a").len() <= 1,
         "a finished task is not heartbeated"
