@@ -57,6 +57,14 @@ fn cpu_time(pid: u32) -> Result<Duration> {
     Ok(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux.
 }
 
+/// Minor page faults a process has taken so far.
+fn page_faults(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit_once(')').context("stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    Ok(fields[7].parse()?)
+}
+
 /// Per thread name: CPU time and context switches (voluntary +
 /// involuntary) so far, summed over the threads that carry the name.
 fn threads(pid: u32) -> Result<std::collections::BTreeMap<String, (Duration, u64)>> {
@@ -237,11 +245,15 @@ async fn bench() -> Result<()> {
         ),
     )?;
     let corral = Process(
-        Command::new(env!("CARGO_BIN_EXE_corral"))
-            .args(["serve", "--config", &config.display().to_string()])
-            .env("CORRAL_LOG", "warn")
-            .stderr(Stdio::null())
-            .spawn()?,
+        // CORRAL_BENCH_BIN runs another build (an older commit) against the
+        // same baseline, for before/after comparisons.
+        Command::new(
+            std::env::var_os("CORRAL_BENCH_BIN").unwrap_or(env!("CARGO_BIN_EXE_corral").into()),
+        )
+        .args(["serve", "--config", &config.display().to_string()])
+        .env("CORRAL_LOG", "warn")
+        .stderr(Stdio::null())
+        .spawn()?,
     );
     let native = Process(
         Command::new(std::env::current_exe()?)
@@ -263,6 +275,7 @@ async fn bench() -> Result<()> {
     let native_idle = (cpu_time(native.0.id())? - native_before).as_secs_f64() / idle.as_secs_f64();
 
     let (corral_threads, native_threads) = (threads(corral.0.id())?, threads(native.0.id())?);
+    let (corral_faults, native_faults) = (page_faults(corral.0.id())?, page_faults(native.0.id())?);
     let (mut corral_time, mut native_time) = (Duration::ZERO, Duration::ZERO);
     let (mut corral_cpu, mut native_cpu) = (Duration::ZERO, Duration::ZERO);
     let mut round_ratios = Vec::new();
@@ -319,6 +332,11 @@ async fn bench() -> Result<()> {
         "  per round: {}; median {:.3}",
         rounds.join(" "),
         round_ratios[round_ratios.len() / 2]
+    );
+    println!(
+        "  page faults per activity: native {:.1}, corral {:.1}",
+        (page_faults(native.0.id())? - native_faults) as f64 / n,
+        (page_faults(corral.0.id())? - corral_faults) as f64 / n
     );
     print_threads("native", &native_threads, &threads(native.0.id())?, n);
     print_threads("corral", &corral_threads, &threads(corral.0.id())?, n);
