@@ -158,6 +158,15 @@ impl Fixture {
         tokio::spawn(async move { session.serve(engine, shutdown, grace).await })
     }
 
+    /// The engine asks for `key` to be cancelled.
+    async fn cancel(&self, key: &[u8]) {
+        let cancel = Inbound::Cancel {
+            key: key.to_vec(),
+            reason: CancelReason::Requested,
+        };
+        self.send.send(cancel).await.unwrap();
+    }
+
     async fn wait_for_reports(&self, n: usize) -> Vec<(TaskKey, Report)> {
         for _ in 0..500 {
             let reports = self.engine.reports.lock().unwrap().clone();
@@ -257,13 +266,7 @@ async fn a_requested_cancel_interrupts_a_stuck_guest_and_reports_cancelled() {
     let serving = f.serve(Duration::from_secs(1));
     f.send.send(start(b"s", "spin")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    f.send
-        .send(Inbound::Cancel {
-            key: b"s".to_vec(),
-            reason: CancelReason::Requested,
-        })
-        .await
-        .unwrap();
+    f.cancel(b"s").await;
     let reports = f.wait_for_reports(1).await;
     assert!(
         matches!(&reports[0].1, Report::Cancelled(f) if f.class == FailureClass::Cancelled),
@@ -313,13 +316,7 @@ async fn tasks_in_flight_are_heartbeated_at_their_pace_until_they_end() {
     );
 
     for key in [b"s", b"w"] {
-        f.send
-            .send(Inbound::Cancel {
-                key: key.to_vec(),
-                reason: CancelReason::Requested,
-            })
-            .await
-            .unwrap();
+        f.cancel(key).await;
     }
     f.wait_for_reports(3).await;
     let after = f.engine.heartbeats_of(b"s").len();
@@ -348,13 +345,7 @@ async fn a_type_at_its_own_limit_waits_for_its_sibling() {
     assert_eq!(f.session.in_flight_count(), 2);
     assert_eq!(permits.host_usage().in_use, 1, "one spin runs, one waits");
     for key in [b"a", b"b"] {
-        f.send
-            .send(Inbound::Cancel {
-                key: key.to_vec(),
-                reason: CancelReason::Requested,
-            })
-            .await
-            .unwrap();
+        f.cancel(key).await;
     }
     let reports = f.wait_for_reports(3).await;
     assert!(
