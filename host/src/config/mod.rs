@@ -39,7 +39,7 @@ use crate::control::TlsFiles;
 mod engine;
 
 use engine::RawAion;
-pub use engine::{AionBinding, Engine, TemporalBinding};
+pub use engine::{AionBinding, Compression, Engine, TemporalBinding};
 
 use crate::sandbox::{
     Capabilities, DirGrant, DirMode, FailureClass, Limits, RetryPolicy, Tenant, parse_bytes,

@@ -30,11 +30,30 @@ fn a_good_config_is_read_with_defaults_and_resolved_paths() {
         panic!("a Temporal tenant")
     };
     assert_eq!(temporal.namespace, "default");
+    assert_eq!(temporal.compression, Compression::Gzip, "the SDK's default");
     assert_eq!(t.components, [PathBuf::from("/etc/corral/greeter.wasm")]);
     assert_eq!(t.aliases["Greet"], "demo:greeter/api.greet");
     assert!(t.tenant.retry.retryable(FailureClass::Trap));
     assert_eq!(config.host.admin_listen, None);
     assert_eq!(config.host.max_upload, 64 << 20);
+}
+
+#[test]
+fn temporal_compression_is_gzip_or_none() {
+    let none = GOOD.replace(
+        "task_queue = \"acme\" }",
+        "task_queue = \"acme\", compression = \"none\" }",
+    );
+    let config = Config::parse(&none, Path::new("/etc/corral")).unwrap();
+    let Engine::Temporal(temporal) = &config.tenants[0].engine else {
+        panic!("a Temporal tenant")
+    };
+    assert_eq!(temporal.compression, Compression::None);
+    let bad = error(&none.replace("\"none\"", "\"zstd\""));
+    assert!(
+        bad.contains("unknown variant `zstd`, expected `gzip` or `none`"),
+        "{bad}"
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_trait::async_trait;
 use serde_json::Value;
-use temporalio_client::{Connection, ConnectionOptions};
+use temporalio_client::{Connection, ConnectionOptions, GrpcCompression};
 use temporalio_common::protos::coresdk::activity_result::{
     self as ar, ActivityExecutionResult, activity_execution_result::Status,
 };
@@ -26,7 +26,7 @@ use temporalio_sdk_core::{
     init_worker,
 };
 
-use crate::config::TemporalBinding;
+use crate::config::{Compression, TemporalBinding};
 use crate::sandbox::TaskInfo;
 use crate::session::{
     Args, CancelReason, Connector, Inbound, Permits, Report, ReportError, TaskKey, TaskStart,
@@ -93,13 +93,15 @@ impl TemporalConnector {
     ) -> anyhow::Result<Self> {
         let url = Url::parse(&binding.address)
             .with_context(|| format!("tenant `{tenant}`: `{}` is not a URL", binding.address))?;
-        let connection = connect_with_retry(&url, patience).await.with_context(|| {
-            format!(
-                "tenant `{tenant}`: cannot reach the Temporal server at {} (is it running? \
+        let connection = connect_with_retry(&url, binding.compression, patience)
+            .await
+            .with_context(|| {
+                format!(
+                    "tenant `{tenant}`: cannot reach the Temporal server at {} (is it running? \
                  `temporal server start-dev` starts one)",
-                binding.address
-            )
-        })?;
+                    binding.address
+                )
+            })?;
         let mut tuner = TunerBuilder::default();
         tuner.activity_slot_supplier(Arc::new(slots::PermitSlots::new(permits, tenant)));
         let config = WorkerConfig::builder()
@@ -133,13 +135,21 @@ impl TemporalConnector {
     }
 }
 
-async fn connect_with_retry(url: &Url, patience: Duration) -> anyhow::Result<Connection> {
+async fn connect_with_retry(
+    url: &Url,
+    compression: Compression,
+    patience: Duration,
+) -> anyhow::Result<Connection> {
     let started = std::time::Instant::now();
     let mut backoff = Duration::from_millis(200);
     loop {
         let options = ConnectionOptions::new(url.clone())
             .identity(super::identity())
             .connect_timeout(Duration::from_secs(5))
+            .grpc_compression(match compression {
+                Compression::Gzip => GrpcCompression::Gzip,
+                Compression::None => GrpcCompression::None,
+            })
             .build();
         match Connection::connect(options).await {
             Ok(connection) => return Ok(connection),
