@@ -43,7 +43,7 @@ pub struct TemporalBinding {
 }
 
 /// `temporal.compression`: `gzip` (the Temporal SDK's default) compresses
-/// every request; `none` saves the CPU that costs (about a fifth of a
+/// every request; `none` saves the CPU that costs (a quarter to half of a
 /// worker's, for small payloads) where bandwidth is cheap, as on a LAN.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
