@@ -4,7 +4,6 @@
 //! would wake the runtime's timer driver) once per task, which cost more
 //! CPU than the sandbox itself for short activities.
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,8 +49,17 @@ impl Progress {
         }
     }
 
-    pub(super) fn last(&self) -> Option<Value> {
-        lock(&self.last).clone()
+    pub(super) fn key(&self) -> &TaskKey {
+        &self.key
+    }
+
+    /// Tells the engine the task is alive, with the latest details; nothing
+    /// once the outcome exists.
+    fn beat(&self) {
+        let last = lock(&self.last).clone();
+        if !self.ended() {
+            self.connector.heartbeat(&self.key, last.as_ref());
+        }
     }
 
     pub(super) fn end(&self) {
@@ -65,16 +73,10 @@ impl Progress {
 
 impl TaskObserver for Progress {
     fn heartbeat(&self, _count: u32, details: Option<&Value>) {
-        let last = {
-            let mut last = lock(&self.last);
-            if let Some(details) = details {
-                *last = Some(details.clone());
-            }
-            last.clone()
-        };
-        if !self.ended() {
-            self.connector.heartbeat(&self.key, last.as_ref());
+        if let Some(details) = details {
+            *lock(&self.last) = Some(details.clone());
         }
+        self.beat();
     }
 
     fn instantiated(&self, took: Duration) {
@@ -91,7 +93,7 @@ struct Due {
 /// The heartbeat schedule of one connector's tasks in flight: a single
 /// timer, armed for the earliest heartbeat due.
 pub(super) struct Pump {
-    tasks: HashMap<TaskKey, Due>,
+    tasks: Vec<Due>,
     timer: Pin<Box<Sleep>>,
     armed: Option<Instant>,
 }
@@ -99,7 +101,7 @@ pub(super) struct Pump {
 impl Default for Pump {
     fn default() -> Self {
         Pump {
-            tasks: HashMap::new(),
+            tasks: Vec::new(),
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             armed: None,
         }
@@ -107,19 +109,16 @@ impl Default for Pump {
 }
 
 impl Pump {
-    /// Heartbeats `key` every `every` from now on, until its progress ends
-    /// (ended tasks are forgotten at the next beat, so a finished task
+    /// Heartbeats the task every `every` from now on, until its progress
+    /// ends (ended tasks are forgotten at the next beat, so a finished task
     /// costs the loop no wake-up of its own).
-    pub(super) fn add(&mut self, key: TaskKey, every: Duration, progress: Arc<Progress>) {
+    pub(super) fn add(&mut self, every: Duration, progress: Arc<Progress>) {
         let next = Instant::now() + every;
-        self.tasks.insert(
-            key,
-            Due {
-                every,
-                next,
-                progress,
-            },
-        );
+        self.tasks.push(Due {
+            every,
+            next,
+            progress,
+        });
         // Tasks usually share one pace, so a newcomer is rarely the
         // earliest: the timer is re-armed only when it is.
         if self.armed.is_none_or(|at| next < at) {
@@ -138,13 +137,13 @@ impl Pump {
 
     /// Heartbeats every task whose time has come, forgets the ones that
     /// ended, and re-arms the timer for the next one.
-    pub(super) fn beat(&mut self, connector: &dyn Connector) {
+    pub(super) fn beat(&mut self) {
         let now = Instant::now();
         let mut earliest: Option<Instant> = None;
-        self.tasks.retain(|_, due| !due.progress.ended());
-        for (key, due) in &mut self.tasks {
+        self.tasks.retain(|due| !due.progress.ended());
+        for due in &mut self.tasks {
             if due.next <= now {
-                connector.heartbeat(key, due.progress.last().as_ref());
+                due.progress.beat();
                 due.next = now + due.every;
             }
             earliest = Some(earliest.map_or(due.next, |e| e.min(due.next)));

@@ -134,14 +134,13 @@ impl InFlight {
 /// Ends a runner's task: out of the in-flight table, no more heartbeats.
 struct Done<'a> {
     session: &'a Session,
-    key: TaskKey,
     progress: Arc<liveness::Progress>,
 }
 
 impl Drop for Done<'_> {
     fn drop(&mut self) {
         self.progress.end();
-        self.session.in_flight().remove(&self.key);
+        self.session.in_flight().remove(self.progress.key());
     }
 }
 
@@ -214,7 +213,7 @@ impl Session {
                     self.end_grace();
                     grace_over = Box::pin(std::future::pending());
                 }
-                () = pump.due() => pump.beat(connector.as_ref()),
+                () = pump.due() => pump.beat(),
                 inbound = &mut next => {
                     let Some(inbound) = inbound else { break };
                     next = connector.next();
@@ -234,7 +233,7 @@ impl Session {
         loop {
             tokio::select! {
                 () = &mut finished => break,
-                () = pump.due() => pump.beat(connector.as_ref()),
+                () = pump.due() => pump.beat(),
                 () = &mut grace_over => {
                     self.end_grace();
                     grace_over = Box::pin(std::future::pending());
@@ -266,7 +265,7 @@ impl Session {
             &start.tenant,
             start.info.last_heartbeat.clone(),
         ));
-        pump.add(start.key.clone(), start.heartbeat_every, progress.clone());
+        pump.add(start.heartbeat_every, progress.clone());
         let session = self.clone();
         let connector = connector.clone();
         tasks.spawn(async move {
@@ -274,7 +273,6 @@ impl Session {
             // in-flight table and stops being heartbeated.
             let _done = Done {
                 session: &session,
-                key: start.key.clone(),
                 progress: progress.clone(),
             };
             task::run(&session, connector.as_ref(), start, entry, progress).await;

@@ -1,6 +1,6 @@
-//! One task from delivery to acknowledged report: route, execute with a
-//! liveness pump beside it, map the outcome to what the engine expects, and
-//! deliver the report until the engine accepts it.
+//! One task from delivery to acknowledged report: route, execute (the
+//! session's liveness pump heartbeats it meanwhile), map the outcome to what
+//! the engine expects, and deliver the report until the engine accepts it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

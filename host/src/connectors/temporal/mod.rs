@@ -249,8 +249,7 @@ impl Connector for TemporalConnector {
                 }
                 Err(PollError::ShutDown) => return None,
                 Err(e) => {
-                    let tenant = &self.tenant;
-                    tracing::warn!(%tenant, "polling Temporal failed, retrying in {backoff:?}: {e}");
+                    tracing::warn!(tenant = %self.tenant, "polling Temporal failed, retrying in {backoff:?}: {e}");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
