@@ -37,8 +37,11 @@ impl Histogram {
 
 #[derive(Debug, Default)]
 struct Inner {
-    outcomes: BTreeMap<(String, String, String), u64>,
-    durations: BTreeMap<(String, String), Histogram>,
+    /// Tenant → activity type → outcome → count. Nested, not keyed by
+    /// tuples, so counting a task builds no key once its labels were seen.
+    outcomes: BTreeMap<String, BTreeMap<String, BTreeMap<String, u64>>>,
+    /// Tenant → activity type → durations.
+    durations: BTreeMap<String, BTreeMap<String, Histogram>>,
     instantiate: BTreeMap<String, Histogram>,
     in_flight: BTreeMap<String, u64>,
     uploads: BTreeMap<(String, &'static str), u64>,
@@ -68,7 +71,7 @@ impl Metrics {
     }
 
     pub fn task_started(&self, tenant: &str) {
-        *self.lock().in_flight.entry(tenant.to_owned()).or_default() += 1;
+        *entry(&mut self.lock().in_flight, tenant) += 1;
     }
 
     /// `outcome` is [`COMPLETED`] or a failure class.
@@ -77,24 +80,14 @@ impl Metrics {
         if let Some(n) = inner.in_flight.get_mut(tenant) {
             *n = n.saturating_sub(1);
         }
-        *inner
-            .outcomes
-            .entry((tenant.into(), activity_type.into(), outcome.into()))
-            .or_default() += 1;
-        inner
-            .durations
-            .entry((tenant.into(), activity_type.into()))
-            .or_default()
-            .observe(took.as_secs_f64());
+        let outcomes = entry(entry(&mut inner.outcomes, tenant), activity_type);
+        *entry(outcomes, outcome) += 1;
+        entry(entry(&mut inner.durations, tenant), activity_type).observe(took.as_secs_f64());
     }
 
     /// How long creating a task's store and instance took.
     pub fn instantiated(&self, tenant: &str, took: Duration) {
-        self.lock()
-            .instantiate
-            .entry(tenant.to_owned())
-            .or_default()
-            .observe(took.as_secs_f64());
+        entry(&mut self.lock().instantiate, tenant).observe(took.as_secs_f64());
     }
 
     pub fn upload(&self, tenant: &str, accepted: bool) {
@@ -123,10 +116,15 @@ impl Metrics {
     /// A tenant's finished tasks by outcome.
     pub fn outcomes(&self, tenant: &str) -> BTreeMap<String, u64> {
         let mut by_outcome = BTreeMap::new();
-        for ((t, _, outcome), n) in &self.lock().outcomes {
-            if t == tenant {
-                *by_outcome.entry(outcome.clone()).or_default() += n;
-            }
+        for (outcome, n) in self
+            .lock()
+            .outcomes
+            .get(tenant)
+            .into_iter()
+            .flatten()
+            .flat_map(|(_, o)| o)
+        {
+            *by_outcome.entry(outcome.clone()).or_default() += n;
         }
         by_outcome
     }
@@ -146,14 +144,16 @@ impl Metrics {
             "counter",
             "Finished tasks by outcome (Completed or a failure class).",
         );
-        for ((tenant, ty, outcome), n) in &inner.outcomes {
-            let _ = writeln!(
-                out,
-                "corral_tasks_total{{tenant=\"{}\",activity_type=\"{}\",outcome=\"{}\"}} {n}",
-                escape(tenant),
-                escape(ty),
-                escape(outcome)
-            );
+        for (tenant, ty, by_outcome) in flatten(&inner.outcomes) {
+            for (outcome, n) in by_outcome {
+                let _ = writeln!(
+                    out,
+                    "corral_tasks_total{{tenant=\"{}\",activity_type=\"{}\",outcome=\"{}\"}} {n}",
+                    escape(tenant),
+                    escape(ty),
+                    escape(outcome)
+                );
+            }
         }
         header(
             &mut out,
@@ -161,7 +161,7 @@ impl Metrics {
             "histogram",
             "Task durations, from start to outcome.",
         );
-        for ((tenant, ty), h) in &inner.durations {
+        for (tenant, ty, h) in flatten(&inner.durations) {
             let labels = format!(
                 "tenant=\"{}\",activity_type=\"{}\"",
                 escape(tenant),
@@ -276,6 +276,23 @@ impl Metrics {
     }
 }
 
+/// The value under `key`, made (and its key allocated) only the first time
+/// the key is seen.
+fn entry<'m, V: Default>(map: &'m mut BTreeMap<String, V>, key: &str) -> &'m mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), V::default());
+    }
+    map.get_mut(key).expect("inserted above")
+}
+
+/// (tenant, activity type, value) of a tenant → type → value map, in order.
+fn flatten<V>(
+    map: &BTreeMap<String, BTreeMap<String, V>>,
+) -> impl Iterator<Item = (&String, &String, &V)> {
+    map.iter()
+        .flat_map(|(tenant, types)| types.iter().map(move |(ty, v)| (tenant, ty, v)))
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
@@ -327,12 +344,15 @@ mod tests {
         m.task_started("a");
         m.task_finished("a", "x", COMPLETED, Duration::from_millis(2));
         m.task_finished("a", "x", "Trap", Duration::from_millis(20));
+        m.task_started("a");
+        m.task_finished("a", "w", COMPLETED, Duration::from_millis(3));
         m.task_started("b");
         m.task_finished("b", "y\"z", COMPLETED, Duration::from_secs(2));
         assert_eq!(m.in_flight("a"), 0);
         assert_eq!(
             m.outcomes("a"),
-            BTreeMap::from([(COMPLETED.to_owned(), 1), ("Trap".to_owned(), 1)])
+            // Summed over the tenant's activity types, none of "b"'s.
+            BTreeMap::from([(COMPLETED.to_owned(), 2), ("Trap".to_owned(), 1)])
         );
         let text = m.render(&Gauges::default());
         assert!(

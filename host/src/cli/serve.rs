@@ -123,7 +123,7 @@ pub async fn run(
                         runtime,
                         name,
                         binding,
-                        permits.clone(),
+                        &permits,
                         config.host.shutdown_grace,
                         config.host.connect_timeout,
                     )

@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use permits::{HostSlot, Permit, Permits, TypeSlot, Usage};
+pub use permits::{HostSlot, Permit, Permits, TenantSlots, TypeSlot, Usage};
 pub use registry::{Registry, Route, TenantTable};
 
 use crate::metrics::Metrics;

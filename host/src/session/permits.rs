@@ -137,19 +137,25 @@ impl Permits {
         usage
     }
 
+    /// One tenant's slots, to hold on to instead of looking the tenant up
+    /// by name on every call. `None` for an unknown tenant.
+    pub fn tenant(&self, tenant: &str) -> Option<TenantSlots> {
+        let (semaphore, limit) = self.tenants.get(tenant)?;
+        Some(TenantSlots {
+            semaphore: semaphore.clone(),
+            limit: *limit,
+        })
+    }
+
     /// Waits for a tenant slot. `None` when the tenant is unknown or the
     /// permits were closed (shutdown).
     pub async fn acquire(&self, tenant: &str) -> Option<Permit> {
-        let (semaphore, _) = self.tenants.get(tenant)?;
-        let tenant = semaphore.clone().acquire_owned().await.ok()?;
-        Some(Permit { _tenant: tenant })
+        self.tenant(tenant)?.acquire().await
     }
 
     /// A tenant slot only if one is free right now.
     pub fn try_acquire(&self, tenant: &str) -> Option<Permit> {
-        let (semaphore, _) = self.tenants.get(tenant)?;
-        let tenant = semaphore.clone().try_acquire_owned().ok()?;
-        Some(Permit { _tenant: tenant })
+        self.tenant(tenant)?.try_acquire()
     }
 
     /// Waits for a host slot (in arrival order, whichever the tenant).
@@ -168,10 +174,35 @@ impl Permits {
 
     /// A tenant's usage.
     pub fn tenant_usage(&self, tenant: &str) -> Option<Usage> {
-        self.tenants.get(tenant).map(|(s, limit)| Usage {
-            in_use: limit - s.available_permits(),
-            limit: *limit,
-        })
+        Some(self.tenant(tenant)?.usage())
+    }
+}
+
+/// One tenant's slots (see [`Permits::tenant`]).
+#[derive(Debug, Clone)]
+pub struct TenantSlots {
+    semaphore: Arc<Semaphore>,
+    limit: usize,
+}
+
+impl TenantSlots {
+    /// Waits for a slot; `None` once the permits were closed (shutdown).
+    pub async fn acquire(&self) -> Option<Permit> {
+        let tenant = self.semaphore.clone().acquire_owned().await.ok()?;
+        Some(Permit { _tenant: tenant })
+    }
+
+    /// A slot only if one is free right now.
+    pub fn try_acquire(&self) -> Option<Permit> {
+        let tenant = self.semaphore.clone().try_acquire_owned().ok()?;
+        Some(Permit { _tenant: tenant })
+    }
+
+    pub fn usage(&self) -> Usage {
+        Usage {
+            in_use: self.limit - self.semaphore.available_permits(),
+            limit: self.limit,
+        }
     }
 }
 

@@ -87,7 +87,7 @@ impl TemporalConnector {
         runtime: &CoreRuntime,
         tenant: &str,
         binding: &TemporalBinding,
-        permits: Permits,
+        permits: &Permits,
         grace: Duration,
         patience: Duration,
     ) -> anyhow::Result<Self> {
@@ -102,8 +102,11 @@ impl TemporalConnector {
                     binding.address
                 )
             })?;
+        let slots = permits
+            .tenant(tenant)
+            .with_context(|| format!("tenant `{tenant}` has no permits (a host bug)"))?;
         let mut tuner = TunerBuilder::default();
-        tuner.activity_slot_supplier(Arc::new(slots::PermitSlots::new(permits, tenant)));
+        tuner.activity_slot_supplier(Arc::new(slots::PermitSlots(slots)));
         let config = WorkerConfig::builder()
             .namespace(binding.namespace.clone())
             .task_queue(binding.task_queue.clone())

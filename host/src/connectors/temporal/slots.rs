@@ -8,40 +8,28 @@ use temporalio_sdk_core::{
     SlotSupplier, SlotSupplierPermit,
 };
 
-use crate::session::Permits;
+use crate::session::TenantSlots;
 
-pub struct PermitSlots {
-    permits: Permits,
-    tenant: String,
-}
-
-impl PermitSlots {
-    pub fn new(permits: Permits, tenant: &str) -> Self {
-        PermitSlots {
-            permits,
-            tenant: tenant.to_owned(),
-        }
-    }
-}
+/// sdk-core asks for slots (and how many are free) several times per task:
+/// the tenant's semaphore is held here, not looked up by name each time.
+pub struct PermitSlots(pub TenantSlots);
 
 #[async_trait::async_trait]
 impl SlotSupplier for PermitSlots {
     type SlotKind = ActivitySlotKind;
 
     async fn reserve_slot(&self, _: &dyn SlotReservationContext) -> SlotSupplierPermit {
-        match self.permits.acquire(&self.tenant).await {
+        match self.0.acquire().await {
             // The permit is released when sdk-core drops the slot.
             Some(permit) => SlotSupplierPermit::with_user_data(permit),
-            // Permits are built from the same configuration as the workers:
-            // an unknown tenant cannot happen; never hand out a slot for it.
+            // Closed permits mean the host is shutting down: never hand out
+            // a slot then.
             None => std::future::pending().await,
         }
     }
 
     fn try_reserve_slot(&self, _: &dyn SlotReservationContext) -> Option<SlotSupplierPermit> {
-        self.permits
-            .try_acquire(&self.tenant)
-            .map(SlotSupplierPermit::with_user_data)
+        self.0.try_acquire().map(SlotSupplierPermit::with_user_data)
     }
 
     fn mark_slot_used(&self, _: &dyn SlotMarkUsedContext<SlotKind = ActivitySlotKind>) {}
@@ -49,8 +37,7 @@ impl SlotSupplier for PermitSlots {
     fn release_slot(&self, _: &dyn SlotReleaseContext<SlotKind = ActivitySlotKind>) {}
 
     fn available_slots(&self) -> Option<usize> {
-        self.permits
-            .tenant_usage(&self.tenant)
-            .map(|u| u.limit - u.in_use)
+        let usage = self.0.usage();
+        Some(usage.limit - usage.in_use)
     }
 }
