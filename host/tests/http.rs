@@ -10,7 +10,7 @@ use std::net::TcpListener;
 
 use serde_json::json;
 
-use common::activities::{execute, text};
+use common::activities::{execute, execute_completed, text};
 use common::admin::{Host, path};
 use common::{example, host};
 use corral::sandbox::{FailureClass, LoadError};
@@ -101,18 +101,14 @@ fn served_tenants_get_their_own_grants() {
     let out = host.cli(&host.tokens[0].token, &["deploy", &fetch]);
     assert!(out.status.success(), "{}", text(&out));
     let url = format!(r#""http://127.0.0.1:{port}/via-temporal""#);
-    let (_, done) = execute(
+    let done = execute_completed(
         &host.server,
+        &corral,
         &host.queues[0],
         "demo:fetch/api.get",
         &[&url],
-        &[],
     );
-    assert_eq!(done["status"], "COMPLETED", "{done}\n{}", corral.stderr());
-    assert_eq!(
-        done["result"]["body"], "you asked for /via-temporal",
-        "{done}"
-    );
+    assert_eq!(done["body"], "you asked for /via-temporal", "{done}");
     let url = format!(r#""http://127.0.0.1:{}/elsewhere""#, echo_server());
     let (_, denied) = execute(
         &host.server,

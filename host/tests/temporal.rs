@@ -43,25 +43,18 @@ fn typed_activities_run_by_full_name_and_by_alias() {
     let server = TemporalServer::start();
     let queue = unique("q");
     let corral = Corral::serve(&config(&server, &queue, LIMITS));
-    let greeting = execute(
+    let greeting = execute_completed(
         &server,
+        &corral,
         &queue,
         "demo:greeter/api.greet",
         &[
             r#"{"name":"Ada","title":"Countess","language":"french"}"#,
             r#""formal""#,
         ],
-        &[],
-    )
-    .1;
-    assert_eq!(
-        greeting["status"],
-        "COMPLETED",
-        "{greeting}\n{}",
-        corral.stderr()
     );
     assert_eq!(
-        greeting["result"],
+        greeting,
         json!({"message": "Bonjour, Countess Ada!", "calls-in-instance": 1, "attempt": 1})
     );
 
@@ -288,19 +281,12 @@ fn a_type_with_its_own_limit_runs_one_at_a_time_and_holds_no_other_back() {
     let sleeps: Vec<String> = (0..3)
         .map(|_| start(&server, &queue, "demo:misbehave/api.sleep", &["1000"], &[]))
         .collect();
-    let greeting = execute(
+    execute_completed(
         &server,
+        &corral,
         &queue,
         "Greet",
         &[r#"{"name":"Ada","language":"english"}"#, r#""casual""#],
-        &[],
-    )
-    .1;
-    assert_eq!(
-        greeting["status"],
-        "COMPLETED",
-        "{greeting}\n{}",
-        corral.stderr()
     );
     let infos = all_completed(&server, &sleeps);
     // All three were delivered at once (the tenant allows four), but they

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::processes::TemporalServer;
+use super::processes::{Corral, TemporalServer};
 
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -79,6 +79,20 @@ pub fn execute(
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = server.cli(&args);
     (id, json_of(&out))
+}
+
+/// [`execute`], asserting that the activity completed (quoting corral's
+/// log if not); returns its result.
+pub fn execute_completed(
+    server: &TemporalServer,
+    corral: &Corral,
+    queue: &str,
+    ty: &str,
+    inputs: &[&str],
+) -> Value {
+    let (_, out) = execute(server, queue, ty, inputs, &[]);
+    assert_eq!(out["status"], "COMPLETED", "{out}\n{}", corral.stderr());
+    out["result"].clone()
 }
 
 /// `temporal activity start`: returns at once with the activity id.
