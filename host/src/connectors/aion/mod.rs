@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
@@ -26,7 +27,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AionBinding;
-use crate::session::{Connector, Inbound, Permit, Permits, Registry, Report, ReportError, TaskKey};
+use crate::session::{
+    Connector, Inbound, Permit, Permits, Registry, Report, ReportError, TaskKey, TenantSlots,
+};
 use crate::sync::lock;
 use frames::Attempt;
 
@@ -70,7 +73,10 @@ struct Shared {
     tenant: String,
     binding: AionBinding,
     registry: Arc<Registry>,
+    /// For the activity types' own limits.
     permits: Permits,
+    /// The tenant's own slots, held rather than looked up per task.
+    slots: TenantSlots,
     max_concurrency: u32,
     /// The current stream, while one is registered.
     outbound: Mutex<Option<mpsc::UnboundedSender<wire::WorkerToServer>>>,
@@ -134,7 +140,7 @@ impl Shared {
                 start.activity_type
             ));
         }
-        let Some(permit) = self.permits.try_acquire(&self.tenant) else {
+        let Some(permit) = self.slots.try_acquire() else {
             return refuse(format!(
                 "tenant `{}` is at its concurrency limit",
                 self.tenant
@@ -192,14 +198,16 @@ impl AionConnector {
         permits: Permits,
         patience: Duration,
     ) -> anyhow::Result<Self> {
-        let max_concurrency = permits
-            .tenant_usage(tenant)
-            .map_or(1, |u| u32::try_from(u.limit).unwrap_or(u32::MAX));
+        let slots = permits
+            .tenant(tenant)
+            .with_context(|| format!("tenant `{tenant}` has no permits (a host bug)"))?;
+        let max_concurrency = u32::try_from(slots.usage().limit).unwrap_or(u32::MAX);
         let shared = Arc::new(Shared {
             tenant: tenant.to_owned(),
             binding: binding.clone(),
             registry,
             permits,
+            slots,
             max_concurrency,
             outbound: Mutex::new(None),
             held: Mutex::new(HashMap::new()),
