@@ -32,7 +32,19 @@ use tokio::sync::Semaphore;
 pub(crate) const ACTIVITY: &str = "demo:echo/api.echo-u32";
 pub(crate) const CONCURRENCY: usize = 32;
 const PER_ROUND: usize = 400;
+/// Rounds unless `CORRAL_BENCH_ROUNDS` says otherwise: more rounds tell
+/// smaller differences from the noise.
 const ROUNDS: usize = 6;
+/// The worker of `CORRAL_BENCH_BIN_B`, and its task queue.
+const CORRAL_B: &str = "corral-b";
+
+fn rounds() -> usize {
+    std::env::var("CORRAL_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|&r| r > 0)
+        .unwrap_or(ROUNDS)
+}
 
 /// A child process killed when dropped.
 struct Process(Child);
@@ -240,32 +252,38 @@ async fn bench() -> Result<()> {
         ClientOptions::new("default").build(),
     )?);
 
-    let config = dir.join("corral.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[host]\nmax_concurrent = {CONCURRENCY}\n[[tenant]]\nname = \"bench\"\n\
-             temporal = {{ address = \"http://{address}\", task_queue = \"corral\", \
-             compression = \"{}\" }}\n\
-             limits = {{ max_concurrent = {CONCURRENCY} }}\ncomponents = [{:?}]\n",
-            compression(),
-            echo.display().to_string()
-        ),
-    )?;
-    let mut workers = vec![Worker::new(
+    // CORRAL_BENCH_BIN runs another build (an older commit) against the
+    // same baselines; CORRAL_BENCH_BIN_B adds a second corral build to the
+    // same run, for a paired comparison of two builds round by round.
+    let this_build = std::ffi::OsString::from(env!("CARGO_BIN_EXE_corral"));
+    let mut corrals = vec![(
         "corral",
-        Process(
-            // CORRAL_BENCH_BIN runs another build (an older commit) against
-            // the same baselines, for before/after comparisons.
-            Command::new(
-                std::env::var_os("CORRAL_BENCH_BIN").unwrap_or(env!("CARGO_BIN_EXE_corral").into()),
-            )
+        std::env::var_os("CORRAL_BENCH_BIN").unwrap_or(this_build),
+    )];
+    if let Some(other) = std::env::var_os("CORRAL_BENCH_BIN_B") {
+        corrals.push((CORRAL_B, other));
+    }
+    let mut workers = Vec::new();
+    for (name, binary) in corrals {
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "[host]\nmax_concurrent = {CONCURRENCY}\n[[tenant]]\nname = \"bench\"\n\
+                 temporal = {{ address = \"http://{address}\", task_queue = \"{name}\", \
+                 compression = \"{}\" }}\n\
+                 limits = {{ max_concurrent = {CONCURRENCY} }}\ncomponents = [{:?}]\n",
+                compression(),
+                echo.display().to_string()
+            ),
+        )?;
+        let process = Command::new(binary)
             .args(["serve", "--config", &config.display().to_string()])
             .env("CORRAL_LOG", "warn")
             .stderr(Stdio::null())
-            .spawn()?,
-        ),
-    )];
+            .spawn()?;
+        workers.push(Worker::new(name, Process(process)));
+    }
     for kind in native::Kind::ALL {
         workers.push(Worker::new(
             kind.name(),
@@ -299,7 +317,7 @@ async fn bench() -> Result<()> {
 
     // Per round, corral's CPU ratio against each baseline.
     let mut round_ratios = vec![Vec::new(); workers.len()];
-    for round in 0..ROUNDS {
+    for round in 0..rounds() {
         let name = format!("r{round}");
         // Each worker goes first in turn, so none always runs on a dev
         // server another has just warmed (or tired).
@@ -322,15 +340,16 @@ async fn bench() -> Result<()> {
 }
 
 fn report(workers: &[Worker], round_ratios: &mut [Vec<f64>]) -> Result<()> {
-    let n = (ROUNDS * PER_ROUND) as f64;
+    let n = (rounds() * PER_ROUND) as f64;
     let throughput = |w: &Worker| n / w.time.as_secs_f64();
     let per_activity = |w: &Worker| w.cpu.as_secs_f64() * 1e6 / n;
     // Background CPU (measured idle, per second) spread over the run.
     let working =
         |w: &Worker| (w.cpu.as_secs_f64() - w.idle * w.time.as_secs_f64()).max(0.0) * 1e6 / n;
     println!(
-        "{ROUNDS} rounds × {PER_ROUND} standalone activities, {CONCURRENCY} at a time, one dev server, \
+        "{} rounds × {PER_ROUND} standalone activities, {CONCURRENCY} at a time, one dev server, \
          {} gRPC compression:",
+        rounds(),
         compression()
     );
     for w in workers {
@@ -347,15 +366,24 @@ fn report(workers: &[Worker], round_ratios: &mut [Vec<f64>]) -> Result<()> {
     }
     let corral = &workers[0];
     for (w, ratios) in workers.iter().zip(round_ratios.iter_mut()).skip(1) {
-        let what = match native::Kind::parse(w.name) {
-            Some(native::Kind::Sdk) => "the Temporal Rust SDK worker, the baseline of the targets",
-            _ => "the bare worker core, stricter than the targets ask",
+        let (what, targets) = match native::Kind::parse(w.name) {
+            Some(native::Kind::Sdk) => (
+                "the Temporal Rust SDK worker, the baseline of the targets",
+                [" (target ≥ 0.95)", " (target ≤ 1.1)"],
+            ),
+            Some(native::Kind::Core) => (
+                "the bare worker core, stricter than the targets ask",
+                [" (target ≥ 0.95)", " (target ≤ 1.1)"],
+            ),
+            None => ("the corral build of CORRAL_BENCH_BIN_B", ["", ""]),
         };
         println!("  corral against {what}:");
         println!(
-            "    throughput ratio {:.3} (target ≥ 0.95), CPU per activity ratio {:.3} (target ≤ 1.1)",
+            "    throughput ratio {:.3}{}, CPU per activity ratio {:.3}{}",
             throughput(corral) / throughput(w),
-            per_activity(corral) / per_activity(w)
+            targets[0],
+            per_activity(corral) / per_activity(w),
+            targets[1]
         );
         let rounds: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
         ratios.sort_by(f64::total_cmp);
