@@ -494,3 +494,37 @@ fn corral_dev_starts_a_server_prints_working_commands_and_stops_everything() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn corral_dev_stops_with_a_clear_error_when_its_server_cannot_start() {
+    // The port is taken, so `temporal server start-dev` exits at once.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let mut dev = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["dev", &example("greeter").display().to_string()])
+        .args(["--port", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let status = loop {
+        if let Some(status) = dev.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = dev.kill();
+            panic!("corral dev kept running without its server");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut dev.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the Temporal dev server on 127.0.0.1:{port} exited"
+        )),
+        "{stderr}"
+    );
+}

@@ -78,6 +78,10 @@ pub async fn dev(args: Args) -> ExitCode {
         .args(&server_args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
+        // Its own process group: Ctrl-C in the terminal reaches corral only,
+        // which drains (reporting to the still-running server) and then
+        // stops the server itself.
+        .process_group(0)
         .kill_on_drop(true)
         .spawn();
     let mut server = match server {
@@ -113,10 +117,21 @@ pub async fn dev(args: Args) -> ExitCode {
     };
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
-    let result = run(config, shutdown, |registry| {
+    let serving = run(config, shutdown, |registry| {
         print_commands(registry, &address)
-    })
-    .await;
+    });
+    // Nothing can be served or reported without the server: if it exits
+    // (its port was taken meanwhile, or it crashed), say so at once rather
+    // than retrying a dead address.
+    let result = tokio::select! {
+        result = serving => result,
+        status = server.wait() => {
+            let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
+            return usage_error(format!(
+                "the Temporal dev server on {address} exited ({status}); what it said is above"
+            ));
+        }
+    };
     let _ = server.start_kill();
     let _ = server.wait().await;
     match result {
