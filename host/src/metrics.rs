@@ -115,16 +115,17 @@ impl Metrics {
 
     /// A tenant's finished tasks by outcome.
     pub fn outcomes(&self, tenant: &str) -> BTreeMap<String, u64> {
+        let inner = self.lock();
         let mut by_outcome = BTreeMap::new();
-        for (outcome, n) in self
-            .lock()
+        for of_type in inner
             .outcomes
             .get(tenant)
             .into_iter()
-            .flatten()
-            .flat_map(|(_, o)| o)
+            .flat_map(BTreeMap::values)
         {
-            *by_outcome.entry(outcome.clone()).or_default() += n;
+            for (outcome, n) in of_type {
+                *by_outcome.entry(outcome.clone()).or_default() += n;
+            }
         }
         by_outcome
     }

@@ -290,4 +290,25 @@ mod tests {
         drop(first);
         assert!(permits.type_slot("t", &["Slow"]).await.is_some());
     }
+
+    #[test]
+    fn a_held_tenant_handle_shares_the_tenants_slots() {
+        let permits = Permits::new(4, [("t".to_owned(), 2)]);
+        assert!(permits.tenant("nobody").is_none());
+        let slots = permits.tenant("t").unwrap();
+        let held = slots.try_acquire().unwrap();
+        // Taken through the handle, seen by name, and the other way round.
+        assert_eq!(permits.tenant_usage("t").unwrap().in_use, 1);
+        let _by_name = permits.try_acquire("t").unwrap();
+        assert_eq!(
+            slots.usage(),
+            Usage {
+                in_use: 2,
+                limit: 2
+            }
+        );
+        assert!(slots.try_acquire().is_none());
+        drop(held);
+        assert!(slots.try_acquire().is_some());
+    }
 }
