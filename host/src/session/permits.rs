@@ -27,7 +27,7 @@ type Limited = (Arc<Semaphore>, usize);
 pub struct Permits {
     host: Arc<Semaphore>,
     host_limit: usize,
-    tenants: Arc<HashMap<String, Limited>>,
+    tenants: Arc<HashMap<String, TenantSlots>>,
     /// Tenant → activity type (as configured) → its own limit. Looked up
     /// by `&str` on every task, so no key is built per lookup.
     types: Arc<HashMap<String, HashMap<String, Limited>>>,
@@ -70,7 +70,10 @@ impl Permits {
             tenants: Arc::new(
                 tenants
                     .into_iter()
-                    .map(|(name, limit)| (name, (Arc::new(Semaphore::new(limit)), limit)))
+                    .map(|(name, limit)| {
+                        let semaphore = Arc::new(Semaphore::new(limit));
+                        (name, TenantSlots { semaphore, limit })
+                    })
                     .collect(),
             ),
             types: Arc::default(),
@@ -140,22 +143,18 @@ impl Permits {
     /// One tenant's slots, to hold on to instead of looking the tenant up
     /// by name on every call. `None` for an unknown tenant.
     pub fn tenant(&self, tenant: &str) -> Option<TenantSlots> {
-        let (semaphore, limit) = self.tenants.get(tenant)?;
-        Some(TenantSlots {
-            semaphore: semaphore.clone(),
-            limit: *limit,
-        })
+        self.tenants.get(tenant).cloned()
     }
 
     /// Waits for a tenant slot. `None` when the tenant is unknown or the
     /// permits were closed (shutdown).
     pub async fn acquire(&self, tenant: &str) -> Option<Permit> {
-        self.tenant(tenant)?.acquire().await
+        self.tenants.get(tenant)?.acquire().await
     }
 
     /// A tenant slot only if one is free right now.
     pub fn try_acquire(&self, tenant: &str) -> Option<Permit> {
-        self.tenant(tenant)?.try_acquire()
+        self.tenants.get(tenant)?.try_acquire()
     }
 
     /// Waits for a host slot (in arrival order, whichever the tenant).
@@ -174,7 +173,7 @@ impl Permits {
 
     /// A tenant's usage.
     pub fn tenant_usage(&self, tenant: &str) -> Option<Usage> {
-        Some(self.tenant(tenant)?.usage())
+        self.tenants.get(tenant).map(TenantSlots::usage)
     }
 }
 
