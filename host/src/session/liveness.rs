@@ -56,8 +56,8 @@ impl Progress {
     /// Tells the engine the task is alive, with the latest details; nothing
     /// once the outcome exists.
     fn beat(&self) {
-        let last = lock(&self.last).clone();
         if !self.ended() {
+            let last = lock(&self.last).clone();
             self.connector.heartbeat(&self.key, last.as_ref());
         }
     }
