@@ -24,13 +24,28 @@ pub struct AionServer {
 impl AionServer {
     pub fn start() -> AionServer {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut server = AionServer::start_in(dir.path(), free_port(), free_port());
-        server._dir = Some(dir);
-        server
+        // Ports free when chosen can be taken (by another test's server or a
+        // client's outgoing connection) before this server binds them: then
+        // it exits, and another pair is tried.
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            match AionServer::try_start_in(dir.path(), free_port(), free_port()) {
+                Ok(mut server) => {
+                    server._dir = Some(dir);
+                    return server;
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+        panic!("{}", failures.join("\n"));
     }
 
     /// Starts (or restarts) a server whose state lives in `home`.
     pub fn start_in(home: &Path, grpc: u16, http: u16) -> AionServer {
+        AionServer::try_start_in(home, grpc, http).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_start_in(home: &Path, grpc: u16, http: u16) -> Result<AionServer, String> {
         if Command::new("aion").arg("--version").output().is_err() {
             panic!(
                 "the `aion` CLI is missing: cargo install aion-cli --locked --version 0.31.0 \
@@ -45,6 +60,7 @@ impl AionServer {
             ),
         )
         .expect("write the server config");
+        let earlier = incarnation(home).map(|record| record.pid);
         // `env` execs `aion`: the watchdog's signals reach the server.
         let args: Vec<String> = [
             &format!("AION_HOME={}", home.display()),
@@ -71,15 +87,23 @@ impl AionServer {
             Stdio::from(log.try_clone().expect("log")),
             Stdio::from(log),
         );
-        let server = AionServer {
+        let mut server = AionServer {
             grpc,
             http,
             home: home.to_owned(),
             child,
             _dir: None,
         };
-        server.wait_ready();
-        server
+        match server.wait_ready(earlier) {
+            Ok(()) => Ok(server),
+            Err(e) => {
+                server.stop();
+                Err(format!(
+                    "the aion server on ports {grpc}/{http} {e}; its log:\n{}",
+                    server.log()
+                ))
+            }
+        }
     }
 
     pub fn address(&self) -> String {
@@ -94,18 +118,27 @@ impl AionServer {
         self.http
     }
 
-    fn wait_ready(&self) {
+    /// Ready means this server's own record in its home (not whatever
+    /// answers on the port) says it is a new incarnation serving on the
+    /// asked-for address, and that address answers.
+    fn wait_ready(&mut self, earlier: Option<u32>) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(90);
+        let http = format!("127.0.0.1:{}", self.http);
         while Instant::now() < deadline {
-            if live(self.http) {
-                return;
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("exited at start ({status})"));
+            }
+            let serving = incarnation(&self.home).is_some_and(|record| {
+                Some(record.pid) != earlier
+                    && record.state == "serving"
+                    && record.http_address.as_deref() == Some(http.as_str())
+            });
+            if serving && live(self.http) {
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        panic!(
-            "aion server did not become ready in 90s; its log:\n{}",
-            self.log()
-        );
+        Err("did not become ready in 90s".to_owned())
     }
 
     pub fn log(&self) -> String {
@@ -148,6 +181,20 @@ impl Drop for AionServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The part of the record a server keeps of itself in its home
+/// (`run/aion-server.pid`) that readiness needs.
+#[derive(serde::Deserialize)]
+struct Incarnation {
+    pid: u32,
+    state: String,
+    http_address: Option<String>,
+}
+
+fn incarnation(home: &Path) -> Option<Incarnation> {
+    let text = std::fs::read_to_string(home.join("run").join("aion-server.pid")).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 /// Whether the server's HTTP listener answers `/health/live` with 200.

@@ -36,8 +36,26 @@ use crate::session::{
 /// cancelled.
 const CANCEL_LATENCY: Duration = Duration::from_secs(2);
 
-/// A TCP port on 127.0.0.1 that is free right now.
+/// A TCP port on 127.0.0.1 that is free right now, chosen at random below
+/// the kernel's ephemeral range: a port from inside that range (what
+/// binding port 0 gives) can be taken by any outgoing connection between
+/// now and the moment the caller's server binds it.
 pub fn free_loopback_port() -> std::io::Result<u16> {
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if ephemeral >= 4096 {
+        let (low, high) = (ephemeral / 2, ephemeral);
+        for _ in 0..32 {
+            let mut bytes = [0u8; 2];
+            getrandom::fill(&mut bytes).map_err(std::io::Error::other)?;
+            let port = low + u16::from_le_bytes(bytes) % (high - low);
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
@@ -304,5 +322,27 @@ impl Connector for TemporalConnector {
 
     async fn finish(&self) {
         self.worker.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_free_port_binds_and_lies_below_the_ephemeral_range() -> std::io::Result<()> {
+        let ephemeral: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")?
+            .split_whitespace()
+            .next()
+            .and_then(|start| start.parse().ok())
+            .unwrap_or(u16::MAX);
+        for _ in 0..20 {
+            let port = free_loopback_port()?;
+            if ephemeral >= 4096 {
+                assert!(port < ephemeral, "{port} is inside the ephemeral range");
+            }
+            std::net::TcpListener::bind(("127.0.0.1", port))?;
+        }
+        Ok(())
     }
 }
