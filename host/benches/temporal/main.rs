@@ -74,6 +74,16 @@ fn page_faults(pid: u32) -> Result<u64> {
     Ok(fields[7].parse()?)
 }
 
+/// A process's peak resident memory (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .context("VmHWM")?;
+    Ok(line.trim().trim_end_matches("kB").trim().parse()?)
+}
+
 /// Per thread name: CPU time and context switches (voluntary +
 /// involuntary) so far, summed over the threads that carry the name.
 fn threads(pid: u32) -> Result<BTreeMap<String, (Duration, u64)>> {
@@ -355,13 +365,14 @@ fn report(workers: &[Worker], round_ratios: &mut [Vec<f64>]) -> Result<()> {
     for w in workers {
         println!(
             "  {:<7} {:7.1} activities/s, {:7.1} µs worker CPU per activity ({:.1} µs without idle CPU of {:.1} ms/s), \
-             {:.1} page faults per activity",
+             {:.1} page faults per activity, {:.1} MiB peak RSS",
             w.name,
             throughput(w),
             per_activity(w),
             working(w),
             w.idle * 1e3,
             (page_faults(w.pid())? - w.faults) as f64 / n,
+            peak_rss_kib(w.pid())? as f64 / 1024.0,
         );
     }
     let corral = &workers[0];
