@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::processes::{free_port, spawn_watched, stop};
+use super::processes::{free_port, spawn_watched, start_on_free_ports, stop};
 
 /// The liveness window the test servers use, so heartbeat tests are short.
 pub const HEARTBEAT_WINDOW_MS: u64 = 2000;
@@ -24,20 +24,10 @@ pub struct AionServer {
 impl AionServer {
     pub fn start() -> AionServer {
         let dir = tempfile::tempdir().expect("tempdir");
-        // Ports free when chosen can be taken (by another test's server or a
-        // client's outgoing connection) before this server binds them: then
-        // it exits, and another pair is tried.
-        let mut failures = Vec::new();
-        for _ in 0..3 {
-            match AionServer::try_start_in(dir.path(), free_port(), free_port()) {
-                Ok(mut server) => {
-                    server._dir = Some(dir);
-                    return server;
-                }
-                Err(e) => failures.push(e),
-            }
-        }
-        panic!("{}", failures.join("\n"));
+        let mut server =
+            start_on_free_ports(|| AionServer::try_start_in(dir.path(), free_port(), free_port()));
+        server._dir = Some(dir);
+        server
     }
 
     /// Starts (or restarts) a server whose state lives in `home`.

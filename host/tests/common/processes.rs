@@ -15,6 +15,21 @@ pub fn free_port() -> u16 {
     corral::connectors::temporal::free_loopback_port().expect("bind 127.0.0.1:0")
 }
 
+/// Starts a server on fresh free ports, up to three times: a port free when
+/// chosen can be taken (by another test's server) before the server binds
+/// it, and then the server exits at start. Panics with every attempt's
+/// failure.
+pub fn start_on_free_ports<T>(mut start: impl FnMut() -> Result<T, String>) -> T {
+    let mut failures = Vec::new();
+    for _ in 0..3 {
+        match start() {
+            Ok(server) => return server,
+            Err(e) => failures.push(e),
+        }
+    }
+    panic!("{}", failures.join("\n"));
+}
+
 /// Runs `program args…` under a shell watchdog that kills it when this test
 /// process exits, however it exits.
 pub fn spawn_watched(program: &str, args: &[String], stdout: Stdio, stderr: Stdio) -> Child {
@@ -73,19 +88,9 @@ impl TemporalServer {
     pub fn start() -> TemporalServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("temporal.db");
-        // A port free when chosen can be taken (by another test's server)
-        // before this one binds it: then try another.
-        let mut failures = Vec::new();
-        for _ in 0..3 {
-            match TemporalServer::try_start_on(free_port(), &db) {
-                Ok(mut server) => {
-                    server._dir = Some(dir);
-                    return server;
-                }
-                Err(e) => failures.push(e),
-            }
-        }
-        panic!("{}", failures.join("\n"));
+        let mut server = start_on_free_ports(|| TemporalServer::try_start_on(free_port(), &db));
+        server._dir = Some(dir);
+        server
     }
 
     /// Starts (or restarts) a server on `port` with the database `db`.

@@ -41,10 +41,7 @@ const CANCEL_LATENCY: Duration = Duration::from_secs(2);
 /// binding port 0 gives) can be taken by any outgoing connection between
 /// now and the moment the caller's server binds it.
 pub fn free_loopback_port() -> std::io::Result<u16> {
-    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
+    let ephemeral = ephemeral_ports_start().unwrap_or(32768);
     if ephemeral >= 4096 {
         let (low, high) = (ephemeral / 2, ephemeral);
         for _ in 0..32 {
@@ -59,6 +56,16 @@ pub fn free_loopback_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// The first port of the kernel's ephemeral range (Linux).
+fn ephemeral_ports_start() -> Option<u16> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The `temporal` CLI arguments that start a headless dev server on
@@ -331,11 +338,7 @@ mod tests {
 
     #[test]
     fn a_free_port_binds_and_lies_below_the_ephemeral_range() -> std::io::Result<()> {
-        let ephemeral: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")?
-            .split_whitespace()
-            .next()
-            .and_then(|start| start.parse().ok())
-            .unwrap_or(u16::MAX);
+        let ephemeral = ephemeral_ports_start().unwrap_or(u16::MAX);
         for _ in 0..20 {
             let port = free_loopback_port()?;
             if ephemeral >= 4096 {
