@@ -12,7 +12,7 @@ fn main() -> std::process::ExitCode {
 /// and trims the heap top above twice that. gzip's deflate state (about
 /// 300 KB, built for every compressed gRPC request) was therefore mapped,
 /// faulted in page by page and unmapped again on every request: about a
-/// hundred page faults and a fifth of the worker's CPU per activity. Fixed
+/// hundred page faults and about a third of the worker's CPU per activity. Fixed
 /// thresholds keep such buffers in the heap, to be reused.
 fn keep_transient_buffers_in_the_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
