@@ -16,6 +16,12 @@ for name in greeter progress files misbehave echo fetch; do
   cp -p "$target/wasm32-wasip2/release/$name.wasm" "$dist/$name.wasm.tmp"
   mv "$dist/$name.wasm.tmp" "$dist/$name.wasm"
 done
+# The attack suite's guests: test-only, kept out of dist/ (which `corral dev`
+# serves).
+guests="$here/../tests/guests/dist"
+mkdir -p "$guests"
+cp -p "$target/wasm32-wasip2/release/hostile.wasm" "$guests/hostile.wasm.tmp"
+mv "$guests/hostile.wasm.tmp" "$guests/hostile.wasm"
 # Version 1 of `versioned` is dist/versioned.wasm; version 2 of the same
 # deployment is dist/v2/versioned.wasm (kept apart: both export the same types).
 cp -p "$target/wasm32-wasip2/release/versioned.wasm" "$dist/versioned.wasm.tmp"

@@ -311,7 +311,7 @@ async fn oversized_output_and_bad_heartbeats_are_invalid_output() {
     assert!(!f.retryable);
     assert!(
         f.message
-            .contains("the result is 5002 bytes, over the limit of 1000 bytes"),
+            .contains("the result is at least 5002 bytes, over the limit of 1000 bytes"),
         "{}",
         f.message
     );

@@ -71,6 +71,11 @@ pub struct Capabilities {
 /// The import prefix that needs an `http_hosts` grant.
 const HTTP_IMPORTS: &str = "wasi:http/";
 
+/// Most random bytes one `wasi:random` call may ask for (wasmtime's default
+/// is 64 MiB, built in host memory before the guest sees a byte). Language
+/// runtimes ask for a few dozen bytes at a time.
+pub(crate) const MAX_RANDOM_BYTES: u64 = 1 << 20;
+
 /// A policy that cannot be applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyError(pub String);
@@ -166,6 +171,9 @@ impl Capabilities {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
+            // The host builds random bytes in full before the guest gets
+            // them: a guest may not make it build more than this at once.
+            .max_random_size(MAX_RANDOM_BYTES)
             .socket_addr_check(|_, _| Box::pin(async { false }));
         for grant in &self.dirs {
             let perms = match grant.mode {

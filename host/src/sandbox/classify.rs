@@ -1,6 +1,7 @@
 //! Turning the way a guest call ended into exactly one failure class.
 
 use serde_json::{Value, json};
+use wasmtime::component::ResourceTableError;
 use wasmtime::{Trap, WasmBacktrace};
 use wasmtime_wasi::I32Exit;
 
@@ -10,11 +11,17 @@ use super::limits::{Breach, LimitExceeded, format_bytes};
 
 /// Most backtrace frames named in a message.
 const MAX_FRAMES: usize = 12;
+/// Longest function name kept in a message: the guest chooses its names.
+pub(crate) const MAX_NAME: usize = 200;
 
 /// What the task knew when the guest call failed.
 pub(crate) struct Evidence<'a> {
     pub breach: Option<&'a Breach>,
     pub fuel: Option<u64>,
+    /// The tenant's output limit, which bounds what one host call may carry.
+    pub max_output: usize,
+    /// The tenant's limit of handles a task may hold.
+    pub max_handles: usize,
     /// The end of the guest's stderr (a panic message, typically).
     pub stderr_tail: String,
 }
@@ -46,6 +53,32 @@ pub(crate) fn classify(
         };
         return Failure::new(FailureClass::ResourceExhausted, policy, breach.to_string())
             .with_details(with_trace(json!({ "limit": limit, "value": value })));
+    }
+    if let Some(ResourceTableError::Full) = error.downcast_ref::<ResourceTableError>() {
+        return Failure::new(
+            FailureClass::ResourceExhausted,
+            policy,
+            format!(
+                "the guest holds its limit of {} handles (open files, streams, requests) and asked for another",
+                evidence.max_handles
+            ),
+        )
+        .with_details(with_trace(
+            json!({ "limit": "max_handles", "value": evidence.max_handles }),
+        ));
+    }
+    if is_hostcall_fuel_exhausted(error) {
+        return Failure::new(
+            FailureClass::InvalidOutput,
+            policy,
+            format!(
+                "the guest passed the host more data in one call than its output limit of {} allows",
+                format_bytes(evidence.max_output as u64)
+            ),
+        )
+        .with_details(with_trace(
+            json!({ "limit": "max_output", "value": format_bytes(evidence.max_output as u64) }),
+        ));
     }
     if let Some(violation) = error.downcast_ref::<ContractViolation>() {
         return Failure::new(FailureClass::InvalidOutput, policy, violation.to_string());
@@ -120,6 +153,16 @@ pub(crate) fn classify(
     }
 }
 
+/// Whether wasmtime refused to lift what the guest passed the host because
+/// it exceeded the store's hostcall fuel (`Store::set_hostcall_fuel`). Its
+/// error type is private, so it is known by its message; the hostile suite's
+/// large-result test fails if a wasmtime upgrade changes it.
+fn is_hostcall_fuel_exhausted(error: &wasmtime::Error) -> bool {
+    error
+        .chain()
+        .any(|cause| cause.to_string().contains("fuel allocated for hostcalls"))
+}
+
 fn backtrace(error: &wasmtime::Error) -> Vec<String> {
     let Some(trace) = error.downcast_ref::<WasmBacktrace>() else {
         return Vec::new();
@@ -128,9 +171,22 @@ fn backtrace(error: &wasmtime::Error) -> Vec<String> {
         .frames()
         .iter()
         .filter_map(|frame| frame.func_name())
-        .map(|name| format!("{:#}", rustc_demangle::demangle(name)))
         .take(MAX_FRAMES)
+        .map(|name| truncate(&format!("{:#}", rustc_demangle::demangle(name)), MAX_NAME))
         .collect()
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, marked with
+/// `…` where it was cut.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// The function filling the whole backtrace, when every recorded frame is

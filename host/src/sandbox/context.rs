@@ -13,6 +13,7 @@ use super::http::HttpPolicy;
 use super::limits::Limiter;
 use super::observer::{LogLevel, TaskObserver};
 use super::stdio::{Capture, TaskLabels};
+use super::watchdog::Watchdog;
 use crate::sync::lock;
 
 mod bindings {
@@ -66,44 +67,23 @@ pub(crate) struct TaskState {
     pub(crate) heartbeats: u32,
     pub(crate) max_details: usize,
     pub(crate) labels: TaskLabels,
+    pub(crate) watchdog: Watchdog,
 }
 
-impl TaskState {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        wasi: WasiCtx,
-        limiter: Limiter,
-        capture: Arc<Mutex<Capture>>,
-        activity_type: &str,
-        info: &TaskInfo,
-        deadline_unix_ms: Option<u64>,
-        cancel: CancellationToken,
-        observer: Arc<dyn TaskObserver>,
-        max_details: usize,
-        labels: TaskLabels,
-    ) -> Self {
-        TaskState {
-            wasi,
-            table: ResourceTable::new(),
-            http: WasiHttpCtx::new(),
-            http_policy: HttpPolicy::default(),
-            limiter,
-            capture,
-            info: types::ActivityInfo {
-                activity_type: activity_type.to_owned(),
-                activity_id: info.activity_id.clone(),
-                workflow_id: info.workflow_id.clone(),
-                attempt: info.attempt,
-                tenant: info.tenant.clone(),
-                deadline_unix_ms,
-                last_heartbeat: info.last_heartbeat.as_ref().map(Value::to_string),
-            },
-            cancel,
-            observer,
-            heartbeats: 0,
-            max_details,
-            labels,
-        }
+/// What the guest's `info()` returns for this attempt.
+pub(crate) fn activity_info(
+    activity_type: &str,
+    info: &TaskInfo,
+    deadline_unix_ms: Option<u64>,
+) -> types::ActivityInfo {
+    types::ActivityInfo {
+        activity_type: activity_type.to_owned(),
+        activity_id: info.activity_id.clone(),
+        workflow_id: info.workflow_id.clone(),
+        attempt: info.attempt,
+        tenant: info.tenant.clone(),
+        deadline_unix_ms,
+        last_heartbeat: info.last_heartbeat.as_ref().map(Value::to_string),
     }
 }
 

@@ -38,6 +38,32 @@ pub struct SandboxConfig {
     /// Bytes of a freed linear memory kept resident for the next instance
     /// (cheaper than faulting pages back in).
     pub memory_keep_resident: usize,
+    /// What one component may contain; a component needing more is refused
+    /// at load.
+    pub per_component: PerComponent,
+}
+
+/// The most core instances, memories and tables one component may contain
+/// (counted through all its nested modules): the pool holds this much for
+/// every instance slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerComponent {
+    pub core_instances: u32,
+    pub memories: u32,
+    pub tables: u32,
+}
+
+impl Default for PerComponent {
+    /// Room for what the toolchains emit: componentize-py links a dozen
+    /// shared libraries as core instances sharing one memory and table;
+    /// Rust and JavaScript guests need a handful.
+    fn default() -> Self {
+        PerComponent {
+            core_instances: 32,
+            memories: 2,
+            tables: 4,
+        }
+    }
 }
 
 impl Default for SandboxConfig {
@@ -50,6 +76,7 @@ impl Default for SandboxConfig {
             cache_dir: None,
             max_wasm_stack: 1 << 20,
             memory_keep_resident: 1 << 20,
+            per_component: PerComponent::default(),
         }
     }
 }
@@ -71,17 +98,20 @@ impl Sandbox {
             anyhow::bail!("sandbox: yield_every_fuel must be at least 1");
         }
         let n = config.max_instances;
+        let per = &config.per_component;
         let mut pool = PoolingAllocationConfig::new();
+        // Every pool is sized for `n` components at their per-component
+        // maximum, and a component above any maximum is refused at load (by
+        // wasmtime, naming the count): so a task holding an instance slot
+        // can always instantiate, whatever other tenants' tasks hold.
         pool.total_component_instances(n)
             .total_stacks(n)
-            // A component is several core instances (componentize-py links
-            // a dozen shared libraries), usually sharing one memory.
-            .total_core_instances(n.saturating_mul(16))
-            .total_memories(n.saturating_mul(2))
-            .total_tables(n.saturating_mul(2))
-            .max_core_instances_per_component(200)
-            .max_memories_per_component(8)
-            .max_tables_per_component(8)
+            .total_core_instances(n.saturating_mul(per.core_instances))
+            .total_memories(n.saturating_mul(per.memories))
+            .total_tables(n.saturating_mul(per.tables))
+            .max_core_instances_per_component(per.core_instances)
+            .max_memories_per_component(per.memories)
+            .max_tables_per_component(per.tables)
             .max_memory_size(usize::try_from(config.max_memory).context("max_memory")?)
             .table_elements(
                 usize::try_from(config.max_table_elements).context("max_table_elements")?,
@@ -101,6 +131,9 @@ impl Sandbox {
         // (waking one per task cost more CPU than the task), and it is
         // compiled in anyway for tenants' CPU budgets.
         wasm.consume_fuel(true)
+            // Never advanced: the epoch check is how the watchdog makes a
+            // guest that lives in host calls yield (see `watchdog`).
+            .epoch_interruption(true)
             .wasm_backtrace_max_frames(NonZeroUsize::new(64))
             .max_wasm_stack(config.max_wasm_stack)
             .async_stack_size(config.max_wasm_stack + (512 << 10))

@@ -7,14 +7,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use wasmtime::Store;
-use wasmtime::component::Val;
 use wasmtime::component::types::{ResultType, Type};
+use wasmtime::component::{ResourceTable, Val};
+use wasmtime::{CallHook, Store};
+use wasmtime_wasi_http::WasiHttpCtx;
 
 use super::capabilities::{Capabilities, PolicyError};
-use super::classify::{Evidence, classify};
+use super::classify::{Evidence, MAX_NAME, classify, truncate};
 use super::component::LoadedComponent;
-use super::context::{TaskInfo, TaskState};
+use super::context::{TaskInfo, TaskState, activity_info};
 use super::convert::{self, from_json, to_json};
 use super::engine::Sandbox;
 use super::failure::{Failure, FailureClass, Outcome, RetryPolicy};
@@ -22,6 +23,7 @@ use super::http::HttpPolicy;
 use super::limits::{Limiter, Limits, format_bytes};
 use super::observer::{Stream, TaskObserver, Unobserved};
 use super::stdio::{Capture, GuestOutput, TaskLabels};
+use super::watchdog::{Interrupt, Verdict, Watchdog};
 use crate::sync::lock;
 
 /// A tenant's policy: its limits, capabilities and retry defaults.
@@ -65,6 +67,13 @@ impl Task {
         }
     }
 }
+
+/// Most activity types named when a task asks for one the component lacks.
+const MAX_LISTED: usize = 20;
+
+/// An epoch deadline that is never reached: nothing advances the engine's
+/// epoch, so the epoch check fires only when the watchdog asks for a yield.
+const NEVER: u64 = 1 << 62;
 
 /// How the race between the guest, the deadline and cancellation ended.
 enum Ended {
@@ -113,11 +122,19 @@ impl Sandbox {
         let policy = &tenant.retry;
         let limits = &tenant.limits;
         let Some(activity) = component.activity(&task.activity_type) else {
-            let known: Vec<&str> = component
+            // The names are the guest's: bounded in number and length.
+            let mut known: Vec<String> = component
                 .activities
                 .iter()
-                .map(|a| a.name.as_str())
+                .take(MAX_LISTED)
+                .map(|a| truncate(&a.name, MAX_NAME))
                 .collect();
+            if component.activities.len() > MAX_LISTED {
+                known.push(format!(
+                    "and {} more",
+                    component.activities.len() - MAX_LISTED
+                ));
+            }
             return Err(Failure::new(
                 FailureClass::UnknownActivity,
                 policy,
@@ -177,23 +194,49 @@ impl Sandbox {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64)
         });
-        let mut state = TaskState::new(
+        let started = Instant::now();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limits.max_handles);
+        let state = TaskState {
             wasi,
-            Limiter::new(limits),
-            capture.clone(),
-            &activity.name,
-            &task.info,
-            deadline_unix_ms,
-            task.cancel.clone(),
-            task.observer.clone(),
-            limits.max_output,
+            table,
+            http: WasiHttpCtx::new(),
+            http_policy: HttpPolicy {
+                hosts: tenant.capabilities.http_hosts.clone(),
+            },
+            limiter: Limiter::new(limits),
+            capture: capture.clone(),
+            info: activity_info(&activity.name, &task.info, deadline_unix_ms),
+            cancel: task.cancel.clone(),
+            observer: task.observer.clone(),
+            heartbeats: 0,
+            max_details: limits.max_output,
             labels,
-        );
-        state.http_policy = HttpPolicy {
-            hosts: tenant.capabilities.http_hosts.clone(),
+            watchdog: Watchdog::new(started, timeout, task.cancel.clone(), limits.cancel_grace),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
+        // What the guest may hand the host in one call (a result, heartbeat
+        // details, a log line, a write) is bounded before the host lifts it:
+        // one lifted value per byte of the output limit, so no output that
+        // fits `max_output` is refused here.
+        store.set_hostcall_fuel(hostcall_fuel(limits.max_output));
+        // Deadlines and cancels hold inside host calls too, and a guest
+        // living in host calls still yields: see `watchdog`.
+        store.call_hook(|mut store, hook| {
+            if !matches!(hook, CallHook::CallingHost) {
+                return Ok(());
+            }
+            match store.data_mut().watchdog.on_host_call(Instant::now()) {
+                Verdict::Continue => Ok(()),
+                Verdict::Yield => {
+                    store.set_epoch_deadline(0);
+                    Ok(())
+                }
+                Verdict::Stop(interrupt) => Err(wasmtime::Error::new(interrupt)),
+            }
+        });
+        store.epoch_deadline_async_yield_and_update(NEVER);
         // The tenant's CPU budget, and a yield to the runtime every so much
         // fuel: this is what lets the deadline and cancellation below end a
         // guest that never returns, and keeps one busy guest from starving
@@ -210,7 +253,6 @@ impl Sandbox {
         }
 
         let mut results = vec![Val::Bool(false); usize::from(activity.result.is_some())];
-        let started = Instant::now();
         let observer = task.observer.clone();
         let ended = {
             let call = async {
@@ -262,31 +304,52 @@ impl Sandbox {
                     other => other,
                 }
             }
-            Ended::Returned(Err(error)) => {
-                let tail = lock(&capture).stderr_tail();
-                let evidence = Evidence {
-                    breach: store.data().limiter.breach.as_ref(),
-                    fuel: limits.fuel,
-                    stderr_tail: tail,
-                };
-                Err(classify(&error, &evidence, policy))
-            }
-            Ended::DeadlineReached(limit) => Err(Failure::new(
-                FailureClass::Timeout,
-                policy,
-                format!("the attempt ran past its deadline of {limit:?} and was interrupted"),
-            )
-            .with_details(json!({ "limit": "timeout", "value_ms": limit.as_millis() as u64 }))),
-            Ended::Interrupted => Err(Failure::new(
-                FailureClass::Cancelled,
-                policy,
-                format!(
-                    "cancelled; the guest did not stop within the {:?} grace period and was interrupted",
-                    limits.cancel_grace
-                ),
-            )),
+            Ended::Returned(Err(error)) => match store.data().watchdog.fired {
+                Some(Interrupt::Deadline(limit)) => Err(timeout_failure(limit, policy)),
+                Some(Interrupt::Cancel(grace)) => Err(interrupted_failure(grace, policy)),
+                None => {
+                    let tail = lock(&capture).stderr_tail();
+                    let evidence = Evidence {
+                        breach: store.data().limiter.breach.as_ref(),
+                        fuel: limits.fuel,
+                        max_output: limits.max_output,
+                        max_handles: limits.max_handles,
+                        stderr_tail: tail,
+                    };
+                    Err(classify(&error, &evidence, policy))
+                }
+            },
+            Ended::DeadlineReached(limit) => Err(timeout_failure(limit, policy)),
+            Ended::Interrupted => Err(interrupted_failure(limits.cancel_grace, policy)),
         }
     }
+}
+
+/// Hostcall fuel for an output limit: wasmtime charges the lifted size of
+/// what a guest passes the host (a `Val` per element, a byte per byte of a
+/// string), and every element of a JSON output is at least a byte of it.
+fn hostcall_fuel(max_output: usize) -> usize {
+    max_output.saturating_mul(size_of::<Val>())
+}
+
+/// The attempt ran past its deadline (found by the executor's race or by
+/// the watchdog in a host call: the same failure either way).
+fn timeout_failure(limit: Duration, policy: &RetryPolicy) -> Failure {
+    Failure::new(
+        FailureClass::Timeout,
+        policy,
+        Interrupt::Deadline(limit).to_string(),
+    )
+    .with_details(json!({ "limit": "timeout", "value_ms": limit.as_millis() as u64 }))
+}
+
+/// A cancelled guest did not stop within its grace period.
+fn interrupted_failure(grace: Duration, policy: &RetryPolicy) -> Failure {
+    Failure::new(
+        FailureClass::Cancelled,
+        policy,
+        Interrupt::Cancel(grace).to_string(),
+    )
 }
 
 /// Turns what the guest returned into the outcome.
@@ -297,6 +360,18 @@ fn result_to_outcome(
     policy: &RetryPolicy,
 ) -> Outcome {
     let invalid = |message: String| Failure::new(FailureClass::InvalidOutput, policy, message);
+    // (A failure is bounded in `guest_failure`, by its own message.)
+    if let Some(val) = val
+        && !matches!(val, Val::Result(Err(_)))
+    {
+        let least = convert::json_size_at_least(val);
+        if least > limits.max_output {
+            return Err(invalid(format!(
+                "the result is at least {least} bytes, over the limit of {} bytes",
+                limits.max_output
+            )));
+        }
+    }
     let value = match (ty, val) {
         (None, _) => Value::Null,
         (Some(Type::Result(result)), Some(Val::Result(returned))) => match returned {

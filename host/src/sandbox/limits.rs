@@ -30,6 +30,10 @@ pub struct Limits {
     /// How long a cancelled guest may take to stop on its own before it is
     /// interrupted.
     pub cancel_grace: Duration,
+    /// Handles a task may hold at once (open files and directories, streams,
+    /// HTTP requests and responses, pollables): each may pin a host file
+    /// descriptor or buffer. One more fails in the guest.
+    pub max_handles: usize,
 }
 
 impl Default for Limits {
@@ -44,6 +48,7 @@ impl Default for Limits {
             max_output: 4 << 20,
             max_stdio: 1 << 20,
             cancel_grace: Duration::from_secs(2),
+            max_handles: 1024,
         }
     }
 }
@@ -124,7 +129,7 @@ impl fmt::Display for Breach {
         match self {
             Breach::Memory { limit, desired } => write!(
                 f,
-                "linear memory limit of {} exceeded: the guest tried to grow its memory to {}",
+                "linear memory limit of {} exceeded: the guest tried to grow its memory to {} in all",
                 format_bytes(*limit),
                 format_bytes(*desired)
             ),
@@ -154,6 +159,9 @@ impl std::error::Error for LimitExceeded {}
 #[derive(Debug)]
 pub struct Limiter {
     memory: u64,
+    /// Bytes of linear memory all of the task's memories hold together: the
+    /// memory limit covers them all (a component may define several).
+    memory_in_use: u64,
     table_elements: u64,
     instances: usize,
     /// The first limit the guest ran into, if any.
@@ -164,6 +172,7 @@ impl Limiter {
     pub fn new(limits: &Limits) -> Self {
         Limiter {
             memory: limits.memory,
+            memory_in_use: 0,
             table_elements: limits.table_elements,
             instances: limits.instances,
             breach: None,
@@ -177,19 +186,22 @@ impl Limiter {
 }
 
 impl ResourceLimiter for Limiter {
+    /// Called when a memory is created (from 0) and whenever it grows.
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let desired = desired as u64;
-        if desired > self.memory {
+        let growth = (desired as u64).saturating_sub(current as u64);
+        let total = self.memory_in_use.saturating_add(growth);
+        if total > self.memory {
             return self.breached(Breach::Memory {
                 limit: self.memory,
-                desired,
+                desired: total,
             });
         }
+        self.memory_in_use = total;
         Ok(true)
     }
 
@@ -254,6 +266,20 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown unit `d`")
         );
+    }
+
+    #[test]
+    fn the_memory_limit_covers_all_memories_together() {
+        let limits = Limits {
+            memory: 4 << 20,
+            ..Limits::default()
+        };
+        let mut limiter = Limiter::new(&limits);
+        // Two memories of 2 MiB each fit; a third MiB in either does not.
+        assert!(limiter.memory_growing(0, 2 << 20, None).unwrap());
+        assert!(limiter.memory_growing(0, 2 << 20, None).unwrap());
+        let err = limiter.memory_growing(2 << 20, 3 << 20, None).unwrap_err();
+        assert!(err.to_string().contains("to 5 MiB in all"), "{err}");
     }
 
     #[test]

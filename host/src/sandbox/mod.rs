@@ -15,11 +15,12 @@ mod limits;
 mod observer;
 mod signature;
 mod stdio;
+mod watchdog;
 
 pub use capabilities::{Capabilities, DirGrant, DirMode, PolicyError};
 pub use component::{LoadError, LoadedComponent};
 pub use context::TaskInfo;
-pub use engine::{Sandbox, SandboxConfig};
+pub use engine::{PerComponent, Sandbox, SandboxConfig};
 pub use execute::{Task, Tenant};
 pub use failure::{Failure, FailureClass, Outcome, RetryPolicy};
 pub use http::HttpHost;

@@ -1,6 +1,7 @@
 //! Guest stdout/stderr: split into lines, tagged with tenant, activity type
 //! and activity id, sent to `tracing` and the task's observer. Each task has
-//! one byte budget for both streams; what exceeds it is dropped and counted,
+//! one byte budget for both streams and its `log` lines, each line costing
+//! its bytes plus [`LINE_COST`]; what exceeds it is dropped and counted,
 //! never buffered, so a log flood costs the host nothing but the count.
 
 use std::collections::VecDeque;
@@ -20,6 +21,10 @@ use crate::sync::lock;
 const MAX_LINE: usize = 4096;
 /// How much of stderr's end is kept to explain a panic.
 const STDERR_TAIL: usize = 2048;
+/// What every line costs the budget besides its bytes: the host writes each
+/// as a log event with the task's labels, so an empty line is not free (4 MiB
+/// of newlines were 10 MiB of host log when lines cost only their bytes).
+pub(crate) const LINE_COST: usize = 64;
 
 /// Who is writing, for log fields.
 #[derive(Debug, Clone, Default)]
@@ -55,27 +60,48 @@ impl Capture {
         }))
     }
 
-    fn write(&mut self, stream: Stream, bytes: &[u8]) {
-        let kept = bytes.len().min(self.budget);
-        self.budget -= kept;
-        self.dropped += (bytes.len() - kept) as u64;
-        let bytes = &bytes[..kept];
+    fn write(&mut self, stream: Stream, mut bytes: &[u8]) {
         if stream == Stream::Stderr {
-            self.stderr_tail.extend(bytes);
+            let end = &bytes[bytes.len().saturating_sub(STDERR_TAIL)..];
+            self.stderr_tail.extend(end);
             let excess = self.stderr_tail.len().saturating_sub(STDERR_TAIL);
             self.stderr_tail.drain(..excess);
         }
-        for &b in bytes {
+        while !bytes.is_empty() {
+            if self.budget < LINE_COST {
+                // Not even an empty line fits any more: count the rest at once.
+                self.dropped += bytes.len() as u64;
+                return;
+            }
             let line = &mut self.lines[stream as usize];
-            if b == b'\n' || line.len() >= MAX_LINE {
-                let text = String::from_utf8_lossy(line).into_owned();
-                line.clear();
-                self.emit(stream, &text);
-                if b == b'\n' {
-                    continue;
+            let take = bytes.len().min(MAX_LINE - line.len());
+            match bytes[..take].iter().position(|&b| b == b'\n') {
+                Some(end) => {
+                    line.extend_from_slice(&bytes[..end]);
+                    bytes = &bytes[end + 1..];
+                    self.end_line(stream, 1);
+                }
+                None => {
+                    line.extend_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    if line.len() >= MAX_LINE {
+                        self.end_line(stream, 0);
+                    }
                 }
             }
-            self.lines[stream as usize].push(b);
+        }
+    }
+
+    /// Emits the stream's pending line if the budget covers it and its
+    /// cost; otherwise drops it (with its `terminator` bytes) and closes the
+    /// budget, so output after a dropped line is dropped too.
+    fn end_line(&mut self, stream: Stream, terminator: usize) {
+        let line = std::mem::take(&mut self.lines[stream as usize]);
+        if self.admit(line.len()) {
+            self.emit(stream, &String::from_utf8_lossy(&line));
+        } else {
+            self.budget = 0;
+            self.dropped += terminator as u64;
         }
     }
 
@@ -93,9 +119,8 @@ impl Capture {
     /// the task ends.
     pub(crate) fn finish(&mut self) {
         for stream in [Stream::Stdout, Stream::Stderr] {
-            let line = std::mem::take(&mut self.lines[stream as usize]);
-            if !line.is_empty() {
-                self.emit(stream, &String::from_utf8_lossy(&line));
+            if !self.lines[stream as usize].is_empty() {
+                self.end_line(stream, 0);
             }
         }
         if self.dropped > 0 {
@@ -113,11 +138,13 @@ impl Capture {
         }
     }
 
-    /// Takes `len` bytes of the budget for a log line; `false` (and the bytes
-    /// counted as dropped) when the budget cannot cover it.
+    /// Takes a line of `len` bytes (a log message, or a line of output) from
+    /// the budget, with its [`LINE_COST`]; `false` (and the bytes counted as
+    /// dropped) when the budget cannot cover it.
     pub(crate) fn admit(&mut self, len: usize) -> bool {
-        if len <= self.budget {
-            self.budget -= len;
+        let cost = len.saturating_add(LINE_COST);
+        if cost <= self.budget {
+            self.budget -= cost;
             true
         } else {
             self.dropped += len as u64;
@@ -230,7 +257,9 @@ mod tests {
     #[test]
     fn lines_are_split_budgeted_and_the_excess_counted() {
         let lines = Arc::new(Lines::default());
-        let capture = Capture::new(TaskLabels::default(), lines.clone(), 16);
+        // Room for three lines of five, four and five bytes.
+        let budget = 3 * LINE_COST + 14;
+        let capture = Capture::new(TaskLabels::default(), lines.clone(), budget);
         let out = GuestOutput::new(Stream::Stdout, &capture);
         let err = GuestOutput::new(Stream::Stderr, &capture);
         out.write_all(b"hello\nwor");
@@ -246,7 +275,35 @@ mod tests {
                 (Stream::Stdout, "world".to_owned()),
             ]
         );
-        assert_eq!(*lines.1.lock().unwrap(), 17);
+        assert_eq!(*lines.1.lock().unwrap(), 16);
         assert_eq!(lock(&capture).stderr_tail(), "oops");
+    }
+
+    #[test]
+    fn empty_lines_cost_their_overhead() {
+        let lines = Arc::new(Lines::default());
+        let capture = Capture::new(TaskLabels::default(), lines.clone(), 10 * LINE_COST);
+        let out = GuestOutput::new(Stream::Stdout, &capture);
+        out.write_all(&vec![b'\n'; 1 << 20]);
+        lock(&capture).finish();
+        assert_eq!(lines.0.lock().unwrap().len(), 10);
+        assert_eq!(*lines.1.lock().unwrap(), (1 << 20) - 10);
+    }
+
+    #[test]
+    fn long_lines_are_split_at_the_line_limit() {
+        let lines = Arc::new(Lines::default());
+        let capture = Capture::new(TaskLabels::default(), lines.clone(), 1 << 20);
+        let out = GuestOutput::new(Stream::Stdout, &capture);
+        out.write_all(&vec![b'x'; MAX_LINE * 2 + 1]);
+        lock(&capture).finish();
+        let seen: Vec<usize> = lines
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, l)| l.len())
+            .collect();
+        assert_eq!(seen, vec![MAX_LINE, MAX_LINE, 1]);
     }
 }

@@ -17,6 +17,18 @@ use corral::testing::{TestComponent, TestHost, TestHostBuilder};
 /// Builds the example components (`examples/build.sh`) once per test
 /// process; the script serialises concurrent builds.
 pub fn example(name: &str) -> PathBuf {
+    built().join("examples/dist").join(format!("{name}.wasm"))
+}
+
+/// A guest of the attack suite (`tests/guests/`), built with the examples.
+pub fn hostile_guest(name: &str) -> PathBuf {
+    built()
+        .join("tests/guests/dist")
+        .join(format!("{name}.wasm"))
+}
+
+/// The repository root, once `examples/build.sh` has built every guest.
+fn built() -> PathBuf {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let built = BUILT.get_or_init(|| {
@@ -32,7 +44,7 @@ pub fn example(name: &str) -> PathBuf {
     if let Err(e) = built {
         panic!("{e}");
     }
-    root.join("examples/dist").join(format!("{name}.wasm"))
+    root
 }
 
 /// A test host with short timeouts, so a wrong guess fails fast.

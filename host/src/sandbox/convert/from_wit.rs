@@ -116,6 +116,59 @@ fn convert(ty: &Type, val: &Val, path: &mut JsonPath) -> Result<Value, ConvertEr
     })
 }
 
+/// A lower bound of the size of `val` as compact JSON, in bytes, found
+/// without building anything: an output that cannot fit its limit is
+/// refused before the host builds its JSON.
+pub fn json_size_at_least(val: &Val) -> usize {
+    let sequence = |items: &[Val]| {
+        items
+            .iter()
+            .fold(2 + items.len().saturating_sub(1), |sum, item| {
+                sum.saturating_add(json_size_at_least(item))
+            })
+    };
+    match val {
+        Val::Bool(_) => 4,
+        Val::Char(_) => 3,
+        Val::String(s) | Val::Enum(s) => s.len() + 2,
+        Val::List(items) | Val::Tuple(items) | Val::FixedLengthList(items) => sequence(items),
+        Val::Record(fields) => {
+            fields
+                .iter()
+                .fold(2 + fields.len().saturating_sub(1), |sum, (name, value)| {
+                    sum.saturating_add(name.len() + 3)
+                        .saturating_add(json_size_at_least(value))
+                })
+        }
+        Val::Option(None) => 4,
+        Val::Option(Some(inner)) => json_size_at_least(inner),
+        Val::Variant(name, payload) => {
+            name.len() + 2 + payload.as_deref().map_or(0, |p| json_size_at_least(p) + 3)
+        }
+        Val::Result(Ok(Some(inner)) | Err(Some(inner))) => json_size_at_least(inner),
+        Val::U8(n) => digits(u64::from(*n)),
+        Val::U16(n) => digits(u64::from(*n)),
+        Val::U32(n) => digits(u64::from(*n)),
+        Val::U64(n) => digits(*n),
+        Val::S8(n) => signed(i64::from(*n)),
+        Val::S16(n) => signed(i64::from(*n)),
+        Val::S32(n) => signed(i64::from(*n)),
+        Val::S64(n) => signed(*n),
+        // Floats, flags, results without payload, resources: a digit, `[]`
+        // or `null` at least.
+        _ => 1,
+    }
+}
+
+/// The length of `n` in decimal.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
+}
+
+fn signed(n: i64) -> usize {
+    digits(n.unsigned_abs()) + usize::from(n < 0)
+}
+
 /// Converts the payload of a top-level `result` case: `null` when the case
 /// has no payload.
 pub fn payload_to_json(ty: Option<Type>, val: Option<&Val>) -> Result<Value, ConvertError> {
@@ -160,5 +213,35 @@ fn float(f: f64) -> Value {
         None if f.is_nan() => Value::String("NaN".to_owned()),
         None if f > 0.0 => Value::String("Infinity".to_owned()),
         None => Value::String("-Infinity".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_size_bound_never_exceeds_the_json_and_is_exact_for_integers() {
+        let values = [
+            Val::List((0..1000).map(Val::U32).collect()),
+            Val::List(vec![Val::S64(-12), Val::S8(0), Val::U64(u64::MAX)]),
+            Val::Record(vec![
+                ("name".into(), Val::String("Ada".into())),
+                ("tags".into(), Val::List(vec![Val::Enum("a-b".into())])),
+                ("next".into(), Val::Option(None)),
+            ]),
+            Val::Tuple(vec![Val::Bool(true), Val::Char('x'), Val::Float64(0.5)]),
+        ];
+        let json = [
+            serde_json::to_string(&(0..1000).collect::<Vec<u32>>()).unwrap(),
+            format!("[-12,0,{}]", u64::MAX),
+            r#"{"name":"Ada","tags":["a-b"],"next":null}"#.to_owned(),
+            r#"[true,"x",0.5]"#.to_owned(),
+        ];
+        for (val, json) in values.iter().zip(&json) {
+            assert!(json_size_at_least(val) <= json.len(), "{val:?}: {json}");
+        }
+        assert_eq!(json_size_at_least(&values[0]), json[0].len());
+        assert_eq!(json_size_at_least(&values[1]), json[1].len());
     }
 }

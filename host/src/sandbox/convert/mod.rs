@@ -24,7 +24,7 @@ mod to_wit;
 
 use std::fmt;
 
-pub use from_wit::{payload_to_json, to_json};
+pub use from_wit::{json_size_at_least, payload_to_json, to_json};
 pub use sample::sample;
 pub use schema::{input_schema, output_schema};
 pub use to_wit::{describe as describe_json, from_json};

@@ -1,0 +1,162 @@
+//! Deadlines and cancels that hold whatever the guest does.
+//!
+//! The executor races the guest's call against its deadline and its cancel,
+//! but that race is only looked at when the guest's future yields. Fuel makes
+//! a busy guest yield every so many wasm instructions; a guest that spends
+//! its time inside host calls (random bytes, heartbeats, stdout writes)
+//! burns almost no fuel, so without this it never yielded: it ran past its
+//! deadline for as long as it liked and held a runtime thread that polling,
+//! heartbeats and the admin API need.
+//!
+//! The watchdog closes that gap at the one place every such guest must pass:
+//! each call from the guest into the host. There it
+//! - stops the guest once its deadline has passed, or once a cancel's grace
+//!   period has run out (so a deadline holds within one host call);
+//! - makes the guest yield to the runtime at its next wasm instruction once
+//!   it has run for a time slice without yielding (the epoch deadline of the
+//!   store is set to "now": nothing ever advances the engine's epoch, so the
+//!   epoch check costs a compare and fires only when asked to).
+//!
+//! It costs one clock read per host call; no thread, no timer.
+
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+/// How long a guest may run inside host calls before it is made to yield to
+/// the runtime: about what the fuel interval gives a busy wasm loop.
+pub(crate) const TIME_SLICE: Duration = Duration::from_millis(1);
+
+/// Why the watchdog stopped a guest. Classified exactly as when the
+/// executor's own race ends the call: a `Timeout` or a `Cancelled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Interrupt {
+    #[error("the attempt ran past its deadline of {0:?} and was interrupted")]
+    Deadline(Duration),
+    #[error("cancelled; the guest did not stop within the {0:?} grace period and was interrupted")]
+    Cancel(Duration),
+}
+
+/// What the guest may do after a host call was checked.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Continue,
+    /// Yield to the runtime at the next wasm instruction, then continue.
+    Yield,
+    Stop(Interrupt),
+}
+
+/// One task's watchdog, kept in its store.
+pub(crate) struct Watchdog {
+    /// When the deadline passes, and the limit it came from.
+    deadline: Option<(Instant, Duration)>,
+    cancel: CancellationToken,
+    grace: Duration,
+    /// When a host call first saw the cancel.
+    cancel_seen: Option<Instant>,
+    /// When the guest is next made to yield.
+    next_yield: Instant,
+    /// Why the guest was stopped, if it was: the evidence classification
+    /// reads (a guest may catch nothing, but its language runtime may turn
+    /// the trap into something else on the way out).
+    pub(crate) fired: Option<Interrupt>,
+}
+
+impl Watchdog {
+    pub(crate) fn new(
+        started: Instant,
+        timeout: Option<Duration>,
+        cancel: CancellationToken,
+        grace: Duration,
+    ) -> Self {
+        Watchdog {
+            deadline: timeout.map(|t| (started + t, t)),
+            cancel,
+            grace,
+            cancel_seen: None,
+            next_yield: started + TIME_SLICE,
+            fired: None,
+        }
+    }
+
+    /// Checks the task at a call from the guest into the host, at `now`.
+    pub(crate) fn on_host_call(&mut self, now: Instant) -> Verdict {
+        if let Some(interrupt) = self.fired {
+            return Verdict::Stop(interrupt);
+        }
+        if let Some((at, limit)) = self.deadline
+            && now >= at
+        {
+            return self.stop(Interrupt::Deadline(limit));
+        }
+        if self.cancel.is_cancelled() {
+            let seen = *self.cancel_seen.get_or_insert(now);
+            if now >= seen + self.grace {
+                return self.stop(Interrupt::Cancel(self.grace));
+            }
+        }
+        if now >= self.next_yield {
+            self.next_yield = now + TIME_SLICE;
+            return Verdict::Yield;
+        }
+        Verdict::Continue
+    }
+
+    fn stop(&mut self, interrupt: Interrupt) -> Verdict {
+        self.fired = Some(interrupt);
+        Verdict::Stop(interrupt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_stops_the_guest_at_the_first_host_call_past_it() {
+        let start = Instant::now();
+        let mut dog = Watchdog::new(
+            start,
+            Some(Duration::from_secs(3)),
+            CancellationToken::new(),
+            Duration::from_secs(1),
+        );
+        assert_eq!(dog.on_host_call(start), Verdict::Continue);
+        let late = start + Duration::from_secs(3);
+        let stop = Verdict::Stop(Interrupt::Deadline(Duration::from_secs(3)));
+        assert_eq!(dog.on_host_call(late), stop);
+        // And every host call after it, as the trap unwinds.
+        assert_eq!(dog.on_host_call(start), stop);
+        assert_eq!(dog.fired, Some(Interrupt::Deadline(Duration::from_secs(3))));
+    }
+
+    #[test]
+    fn a_cancel_stops_the_guest_once_its_grace_has_run_out() {
+        let start = Instant::now();
+        let cancel = CancellationToken::new();
+        let grace = Duration::from_millis(500);
+        let mut dog = Watchdog::new(start, None, cancel.clone(), grace);
+        cancel.cancel();
+        let seen = start + Duration::from_millis(10);
+        assert_eq!(dog.on_host_call(seen), Verdict::Yield);
+        assert_eq!(
+            dog.on_host_call(seen + Duration::from_millis(499)),
+            Verdict::Yield
+        );
+        assert_eq!(
+            dog.on_host_call(seen + grace),
+            Verdict::Stop(Interrupt::Cancel(grace))
+        );
+    }
+
+    #[test]
+    fn a_guest_in_host_calls_yields_once_per_time_slice() {
+        let start = Instant::now();
+        let mut dog = Watchdog::new(start, None, CancellationToken::new(), Duration::ZERO);
+        assert_eq!(dog.on_host_call(start), Verdict::Continue);
+        let slice = start + TIME_SLICE;
+        assert_eq!(dog.on_host_call(slice), Verdict::Yield);
+        assert_eq!(dog.on_host_call(slice), Verdict::Continue);
+        assert_eq!(dog.on_host_call(slice + TIME_SLICE), Verdict::Yield);
+    }
+}

@@ -1,0 +1,74 @@
+//! `demo:hostile`: the attack suite's guests. Each function attacks one
+//! bound of the host; the tests in `host/tests/hostile*.rs` assert the bound
+//! holds and the host keeps serving.
+
+use std::hint::black_box;
+use std::io::Write;
+
+wit_bindgen::generate!({
+    path: ["../../../wit", "wit"],
+    world: "demo:hostile/hostile",
+    with: {
+        "corral:activity/types@0.1.0": corral_guest::types,
+        "corral:activity/context@0.1.0": corral_guest::context,
+    },
+});
+
+use exports::demo::hostile::api::Guest;
+
+struct Hostile;
+
+impl Guest for Hostile {
+    fn random_forever(bytes: u64) {
+        loop {
+            black_box(wasip2::random::random::get_random_bytes(bytes));
+        }
+    }
+
+    fn heartbeat_forever(bytes: u32) {
+        let details = format!("\"{}\"", "x".repeat(bytes.saturating_sub(2) as usize));
+        loop {
+            corral_guest::context::heartbeat(Some(&details));
+        }
+    }
+
+    fn random_once(bytes: u64) -> u64 {
+        wasip2::random::random::get_random_bytes(bytes).len() as u64
+    }
+
+    fn blank_lines(count: u32) {
+        let mut out = std::io::stdout().lock();
+        let chunk = vec![b'\n'; 4096];
+        let mut left = count as usize;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            let _ = out.write_all(&chunk[..n]);
+            left -= n;
+        }
+        let _ = out.flush();
+    }
+
+    fn empty_logs(count: u32) {
+        for _ in 0..count {
+            corral_guest::log::info("");
+        }
+    }
+
+    fn big_list(n: u32) -> Vec<u32> {
+        (0..n).collect()
+    }
+
+    fn hold_files(path: String, count: u32) -> Result<u32, String> {
+        let mut held = Vec::new();
+        for opened in 0..count {
+            match std::fs::File::open(&path) {
+                Ok(file) => held.push(file),
+                Err(e) => return Err(format!("{opened}: {e}")),
+            }
+        }
+        black_box(&held);
+        Ok(held.len() as u32)
+    }
+}
+
+export!(Hostile);
