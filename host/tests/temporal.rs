@@ -324,28 +324,6 @@ fn all_completed(server: &TemporalServer, ids: &[String]) -> Vec<Value> {
     }
 }
 
-/// Seconds since the epoch of an RFC 3339 UTC timestamp such as
-/// `2026-11-29T17:10:55.779671971Z`.
-fn timestamp(value: &Value) -> f64 {
-    let text = value
-        .as_str()
-        .unwrap_or_else(|| panic!("not a timestamp: {value}"));
-    let (date, time) = text
-        .trim_end_matches('Z')
-        .split_once('T')
-        .expect("RFC 3339");
-    let d: Vec<i64> = date.split('-').map(|p| p.parse().expect("date")).collect();
-    let t: Vec<f64> = time.split(':').map(|p| p.parse().expect("time")).collect();
-    // Days from civil (Howard Hinnant's algorithm).
-    let (y, m, day) = (if d[1] <= 2 { d[0] - 1 } else { d[0] }, d[1], d[2]);
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    days as f64 * 86_400.0 + t[0] * 3600.0 + t[1] * 60.0 + t[2]
-}
-
 #[test]
 fn sigterm_lets_running_activities_finish_and_report_then_exits_zero() {
     let server = TemporalServer::start();

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
+use corral::control::api::UPLOAD_CHUNK;
 use corral::control::generate_token;
 use corral::control::proto::{self, admin_client::AdminClient, run_response, upload_request};
 
@@ -103,9 +104,6 @@ fn pair(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// The bytes of an upload travel in chunks of this size.
-const CHUNK: usize = 1 << 20;
-
 impl Conn {
     async fn client(&self) -> Result<AdminClient<Channel>, String> {
         let mut endpoint = Endpoint::from_shared(self.endpoint.clone())
@@ -188,9 +186,13 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
     let mut messages = vec![proto::UploadRequest {
         part: Some(upload_request::Part::Header(header)),
     }];
-    messages.extend(bytes.chunks(CHUNK).map(|chunk| proto::UploadRequest {
-        part: Some(upload_request::Part::Chunk(chunk.to_vec())),
-    }));
+    messages.extend(
+        bytes
+            .chunks(UPLOAD_CHUNK)
+            .map(|chunk| proto::UploadRequest {
+                part: Some(upload_request::Part::Chunk(chunk.to_vec())),
+            }),
+    );
     let response = call!(args.conn, upload, tokio_stream::iter(messages));
     let Some(component) = response.component else {
         return usage_error("the host answered without the stored component");

@@ -113,6 +113,7 @@ pub async fn dev(args: Args) -> ExitCode {
             }),
             components: files,
             aliases: BTreeMap::new(),
+            quota: corral::control::store::Quota::default(),
         }],
     };
     let shutdown = CancellationToken::new();

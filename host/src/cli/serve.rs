@@ -76,6 +76,7 @@ pub async fn run(
         .map(|t| TenantSpec {
             tenant: t.tenant.clone(),
             aliases: t.aliases.clone().into_iter().collect(),
+            quota: t.quota,
         })
         .collect();
     let catalog = Catalog::open(
@@ -166,7 +167,16 @@ pub async fn run(
             runs: Arc::new(tokio::sync::Semaphore::new(api::RUN_SLOTS)),
         };
         let tls = config.host.admin_tls.as_ref();
-        let (bound, handle) = server::admin(address, tls, service, endpoints.clone()).await?;
+        // One decoded message: an upload chunk, or a `Run`'s arguments.
+        let max_input = config
+            .tenants
+            .iter()
+            .map(|t| t.tenant.limits.max_input)
+            .max()
+            .unwrap_or(0);
+        let max_message = api::UPLOAD_CHUNK.max(max_input) + (64 << 10);
+        let (bound, handle) =
+            server::admin(address, tls, service, max_message, endpoints.clone()).await?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         eprintln!("corral: admin API on {scheme}://{bound}");
         listeners.push(handle);
@@ -182,6 +192,7 @@ pub async fn run(
             metrics,
             permits.clone(),
             tenants,
+            config.host.metrics_token_sha256.clone(),
             endpoints.clone(),
         )
         .await?;

@@ -9,9 +9,11 @@
 //! admin_listen = "127.0.0.1:7466"   # the admin API (needs data_dir)
 //! data_dir = "./corral-data"        # uploaded components and which are active
 //! metrics_listen = "127.0.0.1:9466" # Prometheus GET /metrics
+//! metrics_token_sha256 = "…"        # /metrics only with this bearer token
 //! operator_token_sha256 = "…"       # `corral token` prints a token and its hash
 //! max_upload = "64MiB"
 //! admin_tls = { cert = "admin.pem", key = "admin.key" }
+//! admin_plaintext = false           # true: allow a non-loopback admin_listen without TLS
 //! log_format = "text"               # or "json"
 //!
 //! [[tenant]]
@@ -35,6 +37,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::control::TlsFiles;
+use crate::control::store::Quota;
 
 mod engine;
 
@@ -66,6 +69,8 @@ pub struct HostConfig {
     pub data_dir: Option<PathBuf>,
     pub metrics_listen: Option<SocketAddr>,
     pub operator_token_sha256: Option<String>,
+    /// Hex SHA-256 of the token `/metrics` requires (none: open).
+    pub metrics_token_sha256: Option<String>,
     pub max_upload: u64,
     pub log_json: bool,
 }
@@ -83,6 +88,7 @@ impl Default for HostConfig {
             data_dir: None,
             metrics_listen: None,
             operator_token_sha256: None,
+            metrics_token_sha256: None,
             max_upload: 64 << 20,
             log_json: false,
         }
@@ -102,6 +108,8 @@ pub struct TenantConfig {
     pub components: Vec<PathBuf>,
     /// Alias → full activity type name.
     pub aliases: BTreeMap<String, String>,
+    /// What the tenant may keep stored through the admin API.
+    pub quota: Quota,
 }
 
 /// A configuration that cannot be used, naming the key.
@@ -138,8 +146,12 @@ struct RawHost {
     data_dir: Option<PathBuf>,
     metrics_listen: Option<String>,
     operator_token_sha256: Option<String>,
+    metrics_token_sha256: Option<String>,
     max_upload: Option<String>,
     log_format: Option<String>,
+    /// Serve the admin API in plain text on an address other than loopback.
+    #[serde(default)]
+    admin_plaintext: bool,
 }
 
 #[derive(Deserialize)]
@@ -179,6 +191,9 @@ struct RawLimits {
     max_input: Option<String>,
     max_output: Option<String>,
     max_stdio: Option<String>,
+    max_handles: Option<i64>,
+    max_versions: Option<i64>,
+    max_stored: Option<String>,
     #[serde(default)]
     per_type: BTreeMap<String, i64>,
 }
@@ -242,6 +257,10 @@ impl Config {
                 raw.host.operator_token_sha256,
                 "host.operator_token_sha256",
             )?,
+            metrics_token_sha256: token_hash(
+                raw.host.metrics_token_sha256,
+                "host.metrics_token_sha256",
+            )?,
             max_upload: bytes(raw.host.max_upload.as_deref(), "64MiB", "host.max_upload")?,
             log_json: match raw.host.log_format.as_deref() {
                 None | Some("text") => false,
@@ -257,6 +276,17 @@ impl Config {
             return Err(ConfigError(
                 "host.data_dir: required with host.admin_listen, so uploaded components survive a restart".into(),
             ));
+        }
+        if let Some(address) = host.admin_listen
+            && !address.ip().is_loopback()
+            && host.admin_tls.is_none()
+            && !raw.host.admin_plaintext
+        {
+            return Err(ConfigError(format!(
+                "host.admin_listen: {address} is reachable from other machines, and tokens \
+                 would cross the network in clear text: set host.admin_tls, or \
+                 host.admin_plaintext = true if something else encrypts the traffic"
+            )));
         }
         if host.admin_tls.is_some() && host.admin_listen.is_none() {
             return Err(ConfigError(
@@ -318,6 +348,11 @@ impl Config {
                     l.max_stdio.as_deref(),
                     defaults.max_stdio,
                     &key("limits.max_stdio"),
+                )?,
+                max_handles: positive(
+                    l.max_handles,
+                    defaults.max_handles as i64,
+                    &key("limits.max_handles"),
                 )?,
                 ..defaults
             };
@@ -399,6 +434,18 @@ impl Config {
                 .capabilities
                 .validate()
                 .map_err(|e| ConfigError(format!("{}: {e}", key("capabilities"))))?;
+            let quota = Quota {
+                versions: positive(
+                    t.limits.max_versions,
+                    Quota::default().versions as i64,
+                    &key("limits.max_versions"),
+                )?,
+                bytes: bytes(
+                    t.limits.max_stored.as_deref(),
+                    "1GiB",
+                    &key("limits.max_stored"),
+                )?,
+            };
             tenants.push(TenantConfig {
                 tenant,
                 token_sha256: token_hash(t.token_sha256.clone(), &key("token_sha256"))?,
@@ -407,6 +454,7 @@ impl Config {
                 engine,
                 components: t.components.iter().map(|c| base.join(c)).collect(),
                 aliases: t.aliases.clone(),
+                quota,
             });
         }
         Ok(Config { host, tenants })

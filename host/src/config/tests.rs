@@ -202,3 +202,45 @@ fn a_tenant_serves_either_engine_and_names_the_aion_keys() {
         error(&http)
     );
 }
+
+#[test]
+fn a_plaintext_admin_api_beyond_loopback_needs_the_operator_to_say_so() {
+    let with = |host: &str| {
+        GOOD.replace(
+            "[host]\n    max_concurrent = 8",
+            &format!("[host]\n    max_concurrent = 8\n    data_dir = \"data\"\n    {host}"),
+        )
+    };
+    let open = with(r#"admin_listen = "0.0.0.0:7466""#);
+    let e = Config::parse(&open, Path::new("/etc/corral"))
+        .unwrap_err()
+        .0;
+    assert!(e.starts_with("host.admin_listen: 0.0.0.0:7466"), "{e}");
+    assert!(
+        e.contains("host.admin_tls") && e.contains("admin_plaintext"),
+        "{e}"
+    );
+    let said_so = with("admin_listen = \"0.0.0.0:7466\"\n    admin_plaintext = true");
+    assert!(Config::parse(&said_so, Path::new("/etc/corral")).is_ok());
+    let loopback = with(r#"admin_listen = "127.0.0.1:7466""#);
+    assert!(Config::parse(&loopback, Path::new("/etc/corral")).is_ok());
+}
+
+#[test]
+fn max_handles_is_read_and_must_be_positive() {
+    let text = GOOD.replace(
+        "max_concurrent = 4 }",
+        "max_concurrent = 4, max_handles = 64 }",
+    );
+    let config = Config::parse(&text, Path::new("/etc/corral")).unwrap();
+    assert_eq!(config.tenants[0].tenant.limits.max_handles, 64);
+    let text = GOOD.replace(
+        "max_concurrent = 4 }",
+        "max_concurrent = 4, max_handles = 0 }",
+    );
+    let e = error(&text);
+    assert!(
+        e.contains("limits.max_handles: must be at least 1, got 0"),
+        "{e}"
+    );
+}

@@ -2,6 +2,7 @@
 //! counters and the permits.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -11,8 +12,8 @@ use tonic::{Request, Response, Status, Streaming};
 use super::auth::{Auth, Principal};
 use super::catalog::{Catalog, ControlError, NewVersion, VersionView};
 use super::proto::{self, admin_server::Admin, run_response, upload_request};
-use crate::metrics::COMPLETED;
-use crate::sandbox::{Failure, Task, format_bytes};
+use crate::metrics::{COMPLETED, Metrics};
+use crate::sandbox::{Failure, FailureClass, Task, format_bytes};
 use crate::session::Session;
 
 pub struct AdminService {
@@ -28,17 +29,25 @@ pub struct AdminService {
     pub runs: Arc<Semaphore>,
 }
 
+/// The bytes of an upload travel in chunks of at most this size.
+pub const UPLOAD_CHUNK: usize = 1 << 20;
+
 /// How many `Run` calls may execute at once, host-wide.
 pub const RUN_SLOTS: usize = 4;
 
 impl AdminService {
     fn tenant<T>(&self, request: &Request<T>, requested: &str) -> Result<String, Status> {
-        let principal = self.auth.principal(request.metadata())?;
+        let principal = self.principal(request)?;
         self.auth.tenant(&principal, requested)
     }
 
+    /// The caller, as the server's interceptor authenticated it before the
+    /// request's body was read (or from its token, when called directly).
     fn principal<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
-        self.auth.principal(request.metadata())
+        match request.extensions().get::<Principal>() {
+            Some(principal) => Ok(principal.clone()),
+            None => self.auth.principal(request.metadata()),
+        }
     }
 
     /// Reads a whole upload stream, checking the header and the size.
@@ -114,6 +123,7 @@ fn status(e: ControlError) -> Status {
         ControlError::InvalidArgument(m) => Status::invalid_argument(m),
         ControlError::NotFound(m) => Status::not_found(m),
         ControlError::FailedPrecondition(m) => Status::failed_precondition(m),
+        ControlError::QuotaExceeded(m) => Status::resource_exhausted(m),
         ControlError::Internal(m) => Status::internal(m),
     }
 }
@@ -313,20 +323,18 @@ impl Admin for AdminService {
                 "{RUN_SLOTS} smoke-test runs are already running on this host; try again"
             )));
         };
-        let metrics = &self.session.metrics;
-        let started = std::time::Instant::now();
-        metrics.task_started(&tenant);
+        let mut counted = Counted::start(&self.session.metrics, &tenant, &route.activity);
         let task = Task::new(route.activity.clone(), args);
         let outcome = self
             .session
             .sandbox
             .execute(&route.component, &route.tenant, task)
             .await;
-        let label = match &outcome {
+        counted.outcome = match &outcome {
             Ok(_) => COMPLETED,
             Err(f) => f.class.as_str(),
         };
-        metrics.task_finished(&tenant, &route.activity, label, started.elapsed());
+        drop(counted);
         let outcome = match outcome {
             Ok(value) => run_response::Outcome::ResultJson(value.to_string()),
             Err(f) => run_response::Outcome::Failure(failure_to_proto(&f)),
@@ -334,6 +342,41 @@ impl Admin for AdminService {
         Ok(Response::new(proto::RunResponse {
             outcome: Some(outcome),
         }))
+    }
+}
+
+/// A `Run` counted in the metrics from its start until it is dropped: when
+/// the client goes away, tonic drops the call mid-run, and the run is
+/// counted as cancelled instead of staying in flight forever.
+struct Counted<'a> {
+    metrics: &'a Metrics,
+    tenant: &'a str,
+    activity_type: &'a str,
+    started: Instant,
+    outcome: &'static str,
+}
+
+impl<'a> Counted<'a> {
+    fn start(metrics: &'a Metrics, tenant: &'a str, activity_type: &'a str) -> Self {
+        metrics.task_started(tenant);
+        Counted {
+            metrics,
+            tenant,
+            activity_type,
+            started: Instant::now(),
+            outcome: FailureClass::Cancelled.as_str(),
+        }
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.metrics.task_finished(
+            self.tenant,
+            self.activity_type,
+            self.outcome,
+            self.started.elapsed(),
+        );
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
-use super::store::{Index, Store, TenantIndex, Version};
+use super::store::{Index, Quota, Store, TenantIndex, Version};
 use crate::metrics::Metrics;
 use crate::sandbox::{LoadError, LoadedComponent, Sandbox, Tenant};
 use crate::session::Registry;
@@ -23,6 +23,8 @@ pub enum ControlError {
     InvalidArgument(String),
     NotFound(String),
     FailedPrecondition(String),
+    /// Over a tenant's storage quota.
+    QuotaExceeded(String),
     Internal(String),
 }
 
@@ -32,6 +34,7 @@ impl std::fmt::Display for ControlError {
             ControlError::InvalidArgument(m)
             | ControlError::NotFound(m)
             | ControlError::FailedPrecondition(m)
+            | ControlError::QuotaExceeded(m)
             | ControlError::Internal(m) => f.write_str(m),
         }
     }
@@ -42,6 +45,8 @@ impl std::fmt::Display for ControlError {
 pub struct TenantSpec {
     pub tenant: Tenant,
     pub aliases: Vec<(String, String)>,
+    /// What the tenant may keep stored.
+    pub quota: Quota,
 }
 
 /// What an upload asks for.
@@ -90,7 +95,13 @@ pub struct Catalog {
     tenants: BTreeMap<String, TenantSpec>,
     /// One change at a time; held across validation and the disk write.
     state: tokio::sync::Mutex<State>,
+    /// Compiles at once: each takes a core and memory in proportion to the
+    /// component, and serving goes on beside them.
+    compiles: tokio::sync::Semaphore,
 }
+
+/// How many components compile at once, host-wide.
+const MAX_COMPILES: usize = 1;
 
 impl Catalog {
     /// Loads every tenant's active versions from the store; [`Catalog::seed`]
@@ -126,6 +137,7 @@ impl Catalog {
                 index,
                 loaded: HashMap::new(),
             }),
+            compiles: tokio::sync::Semaphore::new(MAX_COMPILES),
         };
         {
             let mut state = catalog.state.lock().await;
@@ -244,9 +256,24 @@ impl Catalog {
             )));
         }
         let size = bytes.len() as u64;
-        let component = self.load(spec, bytes.clone()).await?;
-        let digest = component.digest.clone();
+        let digest = digest_of(&bytes);
+        // Refused before compiling, and again (the index may have changed
+        // meanwhile) before anything is written.
+        self.admit(&*self.state.lock().await, spec, &digest, size)?;
+        let component = match self.load(spec, bytes.clone()).await {
+            Ok(component) => component,
+            Err(e) => {
+                // Compiled and cached before a later check refused it.
+                self.store
+                    .forget_bytes(&digest, &self.state.lock().await.index);
+                return Err(e);
+            }
+        };
         let mut state = self.state.lock().await;
+        if let Err(e) = self.admit(&state, spec, &digest, size) {
+            self.store.forget_bytes(&digest, &state.index);
+            return Err(e);
+        }
         let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
         let existing = tenant_index
             .versions
@@ -409,6 +436,30 @@ impl Catalog {
     }
 
     /// Checks the tenant's new index in full, writes it, then routes it.
+    /// Whether the tenant may store `digest` (`size` bytes): always when it
+    /// stores it already.
+    fn admit(
+        &self,
+        state: &State,
+        spec: &TenantSpec,
+        digest: &str,
+        size: u64,
+    ) -> Result<(), ControlError> {
+        let name = &spec.tenant.name;
+        let Some(tenant_index) = state.index.tenants.get(name) else {
+            return spec
+                .quota
+                .admit(name, &TenantIndex::default(), size)
+                .map_err(|e| ControlError::QuotaExceeded(e.to_string()));
+        };
+        if tenant_index.versions.iter().any(|v| v.digest == digest) {
+            return Ok(());
+        }
+        spec.quota
+            .admit(name, tenant_index, size)
+            .map_err(|e| ControlError::QuotaExceeded(e.to_string()))
+    }
+
     async fn commit(
         &self,
         state: &mut State,
@@ -434,6 +485,15 @@ impl Catalog {
             .map_err(|e| ControlError::Internal(format!("writing the index: {e}")))?;
         state.index = index;
         self.registry.install(table);
+        // Only what serves stays compiled in memory; the rest is loaded
+        // from the compile cache when asked for.
+        let active: std::collections::HashSet<String> = state
+            .index
+            .tenants
+            .values()
+            .flat_map(|t| t.active.values().cloned())
+            .collect();
+        state.loaded.retain(|digest, _| active.contains(digest));
         Ok(())
     }
 
@@ -464,6 +524,11 @@ impl Catalog {
         bytes: Vec<u8>,
     ) -> Result<Arc<LoadedComponent>, ControlError> {
         let sandbox = self.sandbox.clone();
+        let _compiling = self
+            .compiles
+            .acquire()
+            .await
+            .map_err(|e| ControlError::Internal(format!("compiling: {e}")))?;
         let loaded = tokio::task::spawn_blocking(move || sandbox.load(&bytes))
             .await
             .map_err(|e| ControlError::Internal(format!("compiling failed: {e}")))?;

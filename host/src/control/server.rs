@@ -5,6 +5,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -12,7 +13,11 @@ use hyper::{Method, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use sha2::{Digest, Sha256};
+use tonic::service::interceptor::InterceptedService;
+
 use super::api::AdminService;
+use super::gate::{Gate, GateLimits};
 use super::proto::admin_server::AdminServer;
 use crate::metrics::{Gauges, Metrics};
 use crate::session::Permits;
@@ -24,19 +29,52 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
+/// What the admin endpoint holds against the network. Authentication comes
+/// first of all: a call without a valid token is refused on its headers,
+/// before any of its body is read.
+const ADMIN_GATE: GateLimits = GateLimits {
+    connections: 64,
+    // Longer than the keepalive below: a live client answers its pings.
+    idle: Duration::from_secs(60),
+};
+/// Concurrent calls on one HTTP/2 connection.
+const STREAMS_PER_CONNECTION: u32 = 16;
+const KEEPALIVE: Duration = Duration::from_secs(20);
+const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
+/// The longest call: an upload at `max_upload` over a slow link, or an
+/// `invoke` of a long activity.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// Request headers (the token among them).
+const MAX_HEADERS: u32 = 16 << 10;
+
+/// What `/metrics` holds against the network.
+const METRICS_GATE: GateLimits = GateLimits {
+    connections: 16,
+    idle: Duration::from_secs(10),
+};
+const METRICS_HEADER_READ: Duration = Duration::from_secs(5);
+
 /// Binds the admin address now (so a taken port fails the start) and
-/// serves until `shutdown`.
+/// serves until `shutdown`. `max_message` bounds one decoded message (an
+/// upload chunk, a `Run`'s arguments).
 pub async fn admin(
     address: SocketAddr,
     tls: Option<&TlsFiles>,
     service: AdminService,
+    max_message: usize,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(address)
         .await
         .map_err(|e| anyhow::anyhow!("host.admin_listen: cannot listen on {address}: {e}"))?;
-    let bound = listener.local_addr()?;
-    let mut builder = tonic::transport::Server::builder();
+    let gate = Gate::new(listener, ADMIN_GATE, "admin API");
+    let bound = gate.local_addr()?;
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(STREAMS_PER_CONNECTION)
+        .http2_keepalive_interval(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(KEEPALIVE))
+        .http2_max_header_list_size(MAX_HEADERS)
+        .timeout(REQUEST_TIMEOUT);
     if let Some(tls) = tls {
         let read = |p: &PathBuf, key: &str| {
             std::fs::read(p).map_err(|e| {
@@ -46,11 +84,41 @@ pub async fn admin(
         let identity =
             tonic::transport::Identity::from_pem(read(&tls.cert, "cert")?, read(&tls.key, "key")?);
         builder = builder
-            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .tls_config(
+                tonic::transport::ServerTlsConfig::new()
+                    .identity(identity)
+                    .timeout(TLS_HANDSHAKE),
+            )
             .map_err(|e| anyhow::anyhow!("host.admin_tls: {e}"))?;
     }
-    let router = builder.add_service(AdminServer::new(service));
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let auth = service.auth.clone();
+    let admin = InterceptedService::new(
+        AdminServer::new(service).max_decoding_message_size(max_message),
+        move |mut request: tonic::Request<()>| {
+            let principal = auth.principal(request.metadata())?;
+            request.extensions_mut().insert(principal);
+            Ok(request)
+        },
+    );
+    let router = builder.add_service(admin);
+    let (admitted, incoming) = tokio::sync::mpsc::channel(1);
+    let accepting = shutdown.clone();
+    tokio::spawn(async move {
+        loop {
+            let connection = tokio::select! {
+                () = accepting.cancelled() => return,
+                connection = gate.accept() => connection,
+            };
+            if admitted
+                .send(Ok::<_, std::io::Error>(connection))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let incoming = tokio_stream::wrappers::ReceiverStream::new(incoming);
     let handle = tokio::spawn(async move {
         if let Err(e) = router
             .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
@@ -62,54 +130,58 @@ pub async fn admin(
     Ok((bound, handle))
 }
 
-/// Serves `GET /metrics` until `shutdown`.
+/// Serves `GET /metrics` until `shutdown`; with `token_sha256`, only to
+/// requests bearing that token.
 pub async fn metrics(
     address: SocketAddr,
     metrics: Arc<Metrics>,
     permits: Permits,
     tenants: Vec<String>,
+    token_sha256: Option<String>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(address)
         .await
         .map_err(|e| anyhow::anyhow!("host.metrics_listen: cannot listen on {address}: {e}"))?;
-    let bound = listener.local_addr()?;
+    let gate = Gate::new(listener, METRICS_GATE, "metrics endpoint");
+    let bound = gate.local_addr()?;
+    let token_sha256 = token_sha256.map(|t| Arc::<str>::from(t.to_ascii_lowercase()));
     let handle = tokio::spawn(async move {
         loop {
-            let (stream, _) = tokio::select! {
+            let stream = tokio::select! {
                 () = shutdown.cancelled() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        tracing::warn!("metrics endpoint: accept failed: {e}");
-                        continue;
-                    }
-                },
+                stream = gate.accept() => stream,
             };
             let metrics = metrics.clone();
             let permits = permits.clone();
             let tenants = tenants.clone();
+            let token_sha256 = token_sha256.clone();
             let service = hyper::service::service_fn(
                 move |request: hyper::Request<hyper::body::Incoming>| {
-                    let response =
-                        if request.method() == Method::GET && request.uri().path() == "/metrics" {
-                            let gauges = gauges(&permits, &tenants);
-                            Response::builder()
-                                .header("content-type", "text/plain; version=0.0.4")
-                                .body(Full::new(Bytes::from(metrics.render(&gauges))))
-                        } else {
-                            Response::builder()
-                                .status(StatusCode::NOT_FOUND)
-                                .body(Full::new(Bytes::from_static(
-                                    b"corral serves GET /metrics\n",
-                                )))
-                        };
+                    let response = if request.method() != Method::GET
+                        || request.uri().path() != "/metrics"
+                    {
+                        plain(StatusCode::NOT_FOUND, "corral serves GET /metrics\n")
+                    } else if !bearer_matches(&request, token_sha256.as_deref()) {
+                        plain(
+                            StatusCode::UNAUTHORIZED,
+                            "send `authorization: Bearer <token>` (host.metrics_token_sha256)\n",
+                        )
+                    } else {
+                        let gauges = gauges(&permits, &tenants);
+                        Response::builder()
+                            .header("content-type", "text/plain; version=0.0.4")
+                            .body(Full::new(Bytes::from(metrics.render(&gauges))))
+                    };
                     async move { Ok::<_, Infallible>(response.unwrap_or_default()) }
                 },
             );
             tokio::spawn(async move {
                 let io = hyper_util::rt::TokioIo::new(stream);
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(METRICS_HEADER_READ)
+                    .max_buf_size(64 << 10)
                     .serve_connection(io, service)
                     .await
                 {
@@ -119,6 +191,32 @@ pub async fn metrics(
         }
     });
     Ok((bound, handle))
+}
+
+fn plain(
+    status: StatusCode,
+    text: &'static str,
+) -> Result<Response<Full<Bytes>>, hyper::http::Error> {
+    Response::builder()
+        .status(status)
+        .body(Full::new(Bytes::from_static(text.as_bytes())))
+}
+
+/// Whether the request bears the token whose SHA-256 is `expected` (any
+/// request does when no token is configured).
+fn bearer_matches<B>(request: &hyper::Request<B>, expected: Option<&str>) -> bool {
+    let Some(expected) = expected else {
+        return true;
+    };
+    let token = request
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        });
+    token.is_some_and(|t| hex::encode(Sha256::digest(t.trim().as_bytes())) == expected)
 }
 
 fn gauges(permits: &Permits, tenants: &[String]) -> Gauges {

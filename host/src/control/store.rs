@@ -84,6 +84,66 @@ impl TenantIndex {
     }
 }
 
+/// What one tenant may keep stored: versions and bytes (active or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    pub versions: usize,
+    pub bytes: u64,
+}
+
+impl Default for Quota {
+    fn default() -> Self {
+        Quota {
+            versions: 100,
+            bytes: 1 << 30,
+        }
+    }
+}
+
+/// A new version that would take a tenant over its [`Quota`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuotaExceeded {
+    #[error(
+        "tenant `{tenant}` keeps {stored} versions, its limit (limits.max_versions): remove one first"
+    )]
+    Versions { tenant: String, stored: usize },
+    #[error(
+        "tenant `{tenant}` keeps {} and this version adds {}, over its limit of {} (limits.max_stored): remove versions first",
+        super::super::sandbox::format_bytes(*stored),
+        super::super::sandbox::format_bytes(*adding),
+        super::super::sandbox::format_bytes(*limit)
+    )]
+    Bytes {
+        tenant: String,
+        stored: u64,
+        adding: u64,
+        limit: u64,
+    },
+}
+
+impl Quota {
+    /// Whether `tenant` may store one more version of `size` bytes.
+    pub fn admit(&self, tenant: &str, index: &TenantIndex, size: u64) -> Result<(), QuotaExceeded> {
+        let stored = index.versions.len();
+        if stored >= self.versions {
+            return Err(QuotaExceeded::Versions {
+                tenant: tenant.to_owned(),
+                stored,
+            });
+        }
+        let bytes: u64 = index.versions.iter().map(|v| v.size).sum();
+        if bytes.saturating_add(size) > self.bytes {
+            return Err(QuotaExceeded::Bytes {
+                tenant: tenant.to_owned(),
+                stored: bytes,
+                adding: size,
+                limit: self.bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Everything the host serves, as persisted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Index {
@@ -118,6 +178,7 @@ impl Store {
         std::fs::create_dir_all(dir.join("compiled")).map_err(|e| fail("creating it", &e))?;
         remove_leftovers(dir);
         remove_leftovers(&dir.join("components"));
+        remove_leftovers(&dir.join("compiled"));
         let path = dir.join("index.json");
         let index = match std::fs::read(&path) {
             Ok(bytes) => {
@@ -140,12 +201,11 @@ impl Store {
             },
             Err(e) => return Err(fail("reading index.json", &e)),
         };
-        Ok((
-            Store {
-                dir: Some(dir.to_owned()),
-            },
-            index,
-        ))
+        let store = Store {
+            dir: Some(dir.to_owned()),
+        };
+        store.sweep(&index);
+        Ok((store, index))
     }
 
     /// Where precompiled artifacts go.
@@ -191,12 +251,46 @@ impl Store {
         if referenced {
             return;
         }
-        if let Some(path) = self.blob_path(digest)
-            && let Err(e) = std::fs::remove_file(&path)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %path.display(), "could not delete a removed component: {e}");
+        if let Some(path) = self.blob_path(digest) {
+            remove(&path);
         }
+        self.forget_compiled(digest);
+    }
+
+    /// Deletes the compiled artifacts of a digest (one per engine build).
+    fn forget_compiled(&self, digest: &str) {
+        let Some(dir) = self.compiled_dir() else {
+            return;
+        };
+        let prefix = format!("{}-", digest.trim_start_matches("sha256:"));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                remove(&entry.path());
+            }
+        }
+    }
+
+    /// Deletes stored bytes and compiled artifacts no version names: what a
+    /// crash between writing them and writing the index left behind.
+    fn sweep(&self, index: &Index) {
+        let named: std::collections::HashSet<&str> = index
+            .tenants
+            .values()
+            .flat_map(|t| t.versions.iter())
+            .map(|v| v.digest.trim_start_matches("sha256:"))
+            .collect();
+        let Some(dir) = &self.dir else {
+            return;
+        };
+        sweep_dir(&dir.join("components"), &named, |name| {
+            name.strip_suffix(".wasm")
+        });
+        sweep_dir(&dir.join("compiled"), &named, |name| {
+            name.split_once('-').map(|(hex, _)| hex)
+        });
     }
 
     /// Replaces the index on disk.
@@ -230,6 +324,36 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Removes the files of `dir` whose digest (`hex_of` its name) is not
+/// `named`.
+fn sweep_dir(
+    dir: &Path,
+    named: &std::collections::HashSet<&str>,
+    hex_of: fn(&str) -> Option<&str>,
+) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if let Some(hex) = hex_of(&name.to_string_lossy())
+            && !named.contains(hex)
+        {
+            tracing::info!(file = %entry.path().display(), "removing an orphaned file");
+            remove(&entry.path());
+        }
+    }
+}
+
+/// Removes a file, logging why it could not be (gone already is fine).
+fn remove(path: &Path) {
+    if let Err(e) = std::fs::remove_file(path)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), "could not delete: {e}");
+    }
 }
 
 /// Temporary files a crash left behind.
@@ -281,6 +405,53 @@ mod tests {
         assert!(store.bytes("sha256:abcd").is_ok(), "still referenced");
         store.forget_bytes("sha256:abcd", &Index::default());
         assert!(store.bytes("sha256:abcd").is_err());
+    }
+
+    #[test]
+    fn compiled_artifacts_go_with_their_bytes_and_orphans_are_swept_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, mut index) = Store::open(dir.path()).unwrap();
+        let compiled = store.compiled_dir().unwrap();
+        for hex in ["abcd", "beef"] {
+            store.put_bytes(&format!("sha256:{hex}"), b"bytes").unwrap();
+            std::fs::write(compiled.join(format!("{hex}-0123.cwasm")), b"code").unwrap();
+        }
+        let mut tenant = TenantIndex::default();
+        tenant.versions.push(version("greeter", "abcd"));
+        index.tenants.insert("acme".into(), tenant);
+        store.save(&index).unwrap();
+
+        // `beef` is named by nothing (a crash before its index was written).
+        let (store, index) = Store::open(dir.path()).unwrap();
+        assert!(store.bytes("sha256:beef").is_err());
+        assert!(!compiled.join("beef-0123.cwasm").exists());
+        assert!(compiled.join("abcd-0123.cwasm").exists());
+
+        store.forget_bytes("sha256:abcd", &Index::default());
+        assert!(!compiled.join("abcd-0123.cwasm").exists());
+        drop(index);
+    }
+
+    #[test]
+    fn quotas_refuse_with_the_numbers() {
+        let mut t = TenantIndex::default();
+        t.versions.push(Version {
+            size: 600 << 20,
+            ..version("a", "aa")
+        });
+        let quota = Quota {
+            versions: 2,
+            bytes: 1 << 30,
+        };
+        assert!(quota.admit("acme", &t, 100 << 20).is_ok());
+        let e = quota.admit("acme", &t, 500 << 20).unwrap_err().to_string();
+        assert!(
+            e.contains("keeps 600 MiB and this version adds 500 MiB, over its limit of 1 GiB"),
+            "{e}"
+        );
+        t.versions.push(version("a", "bb"));
+        let e = quota.admit("acme", &t, 1).unwrap_err().to_string();
+        assert!(e.contains("keeps 2 versions"), "{e}");
     }
 
     #[test]

@@ -265,6 +265,36 @@ impl Corral {
         self.stderr.lock().unwrap().join("\n")
     }
 
+    /// The process id of corral itself (the child of its watchdog shell).
+    pub fn pid(&self) -> u32 {
+        let shell = self.child.id();
+        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+            .unwrap_or_else(|e| panic!("the watchdog shell's children: {e}"));
+        children
+            .split_whitespace()
+            .next()
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("the watchdog shell runs no corral: `{children}`"))
+    }
+
+    /// A line of corral's `/proc/<pid>/status` in KiB (`VmHWM`, `VmRSS`).
+    pub fn status_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .unwrap_or_else(|e| panic!("corral's status: {e}"));
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in corral's status"))
+    }
+
+    /// How many file descriptors corral holds open.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|dir| dir.count())
+            .unwrap_or_else(|e| panic!("corral's descriptors: {e}"))
+    }
+
     /// Sends SIGTERM to corral (through its watchdog) and waits for it.
     pub fn terminate(&mut self, grace: Duration) -> Option<i32> {
         stop(&mut self.child, grace);
