@@ -132,7 +132,14 @@ impl TestHostBuilder {
         self
     }
 
-    /// Guest stdout + stderr + log bytes kept per task.
+    /// Outbound HTTP requests one task may send.
+    pub fn max_http_requests(mut self, requests: u32) -> Self {
+        self.tenant.limits.max_http_requests = requests;
+        self
+    }
+
+    /// Guest stdout + stderr + log bytes kept per task (each line costing
+    /// 64 more).
     pub fn max_stdio(mut self, bytes: usize) -> Self {
         self.tenant.limits.max_stdio = bytes;
         self

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
 use corral::sandbox::{DirMode, FailureClass, LoadError};
@@ -18,6 +19,37 @@ use common::{host, hostile_guest, load};
 /// The bound asserted is "within seconds": without the watchdog these
 /// guests ran on for more than ten minutes.
 const SLACK: Duration = Duration::from_secs(3);
+
+/// How a test's runtime runs its tasks.
+enum Runtime {
+    /// One thread for the guest and everything else.
+    OneThread,
+    Threads,
+}
+
+/// Runs `test` on a runtime of its own thread, failing if it has not ended
+/// within a minute: an attack that escapes its bound must fail its test,
+/// not hang the suite.
+fn within(runtime: Runtime, test: impl Future<Output = ()> + Send + 'static) {
+    // Build the guests first: the clock is for the attack.
+    hostile_guest("hostile");
+    let limit = Duration::from_secs(60);
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut builder = match runtime {
+            Runtime::OneThread => tokio::runtime::Builder::new_current_thread(),
+            Runtime::Threads => tokio::runtime::Builder::new_multi_thread(),
+        };
+        let runtime = builder.enable_all().build().unwrap();
+        runtime.block_on(test);
+        let _ = done.send(());
+    });
+    match ended.recv_timeout(limit) {
+        Ok(()) => {}
+        Err(RecvTimeoutError::Timeout) => panic!("the attack was not contained within {limit:?}"),
+        Err(RecvTimeoutError::Disconnected) => panic!("the test failed (above)"),
+    }
+}
 
 fn hostile(host: &TestHost) -> TestComponent {
     match host.load_file(hostile_guest("hostile")) {
@@ -46,55 +78,83 @@ fn component(wat: &str) -> Vec<u8> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_guest_living_in_host_calls_meets_its_deadline() {
-    let timeout = Duration::from_secs(1);
-    let host = host().timeout(timeout).build().unwrap();
-    let run = hostile(&host)
-        .call("demo:hostile/api.random-forever")
-        .arg(json!(65536))
-        .run()
-        .await;
-    let failure = run.expect_failure(FailureClass::Timeout);
-    assert!(failure.retryable, "{failure}");
-    assert!(failure.message.contains("deadline of 1s"), "{failure}");
-    assert!(
-        run.elapsed < timeout + SLACK,
-        "the deadline of {timeout:?} was met only after {:?}",
-        run.elapsed
-    );
-    assert_healthy(&host).await;
+#[test]
+fn a_guest_living_in_host_calls_meets_its_deadline() {
+    within(Runtime::Threads, async {
+        let timeout = Duration::from_secs(1);
+        let host = host().timeout(timeout).build().unwrap();
+        let run = hostile(&host)
+            .call("demo:hostile/api.random-forever")
+            .arg(json!(1 << 20))
+            .run()
+            .await;
+        eprintln!("a deadline of {timeout:?} met after {:?}", run.elapsed);
+        let failure = run.expect_failure(FailureClass::Timeout);
+        assert!(failure.retryable, "{failure}");
+        assert!(failure.message.contains("deadline of 1s"), "{failure}");
+        assert!(
+            run.elapsed < timeout + SLACK,
+            "the deadline of {timeout:?} was met only after {:?}",
+            run.elapsed
+        );
+        assert_healthy(&host).await;
+    });
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_guest_logging_forever_meets_its_deadline_within_its_output_budget() {
-    let timeout = Duration::from_secs(1);
-    let host = host().timeout(timeout).max_stdio(64 << 10).build().unwrap();
-    let run = hostile(&host)
-        .call("demo:hostile/api.empty-logs")
-        .arg(json!(u32::MAX))
-        .run()
-        .await;
-    run.expect_failure(FailureClass::Timeout);
-    assert!(run.elapsed < timeout + SLACK, "{:?}", run.elapsed);
-    assert!(run.logs.len() <= 1024, "{} log lines", run.logs.len());
-    assert_healthy(&host).await;
+#[test]
+fn a_guest_logging_forever_meets_its_deadline_within_its_output_budget() {
+    within(Runtime::Threads, async {
+        let timeout = Duration::from_secs(1);
+        let host = host().timeout(timeout).max_stdio(64 << 10).build().unwrap();
+        // Each call hands the host 1 MiB to lift and drop.
+        let run = hostile(&host)
+            .call("demo:hostile/api.log-forever")
+            .arg(json!(1 << 20))
+            .run()
+            .await;
+        run.expect_failure(FailureClass::Timeout);
+        assert!(run.elapsed < timeout + SLACK, "{:?}", run.elapsed);
+        assert!(run.logs.is_empty(), "{} log lines", run.logs.len());
+        assert!(run.dropped_output > 0);
+        assert_healthy(&host).await;
+    });
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_guest_living_in_host_calls_is_stopped_when_a_cancels_grace_runs_out() {
-    let grace = Duration::from_millis(500);
-    let host = host().cancel_grace(grace).build().unwrap();
-    let run = hostile(&host)
-        .call("demo:hostile/api.random-forever")
-        .arg(json!(4096))
-        .cancel_after(Duration::from_millis(100))
-        .run()
-        .await;
-    let failure = run.expect_failure(FailureClass::Cancelled);
-    assert!(failure.message.contains("grace period"), "{failure}");
-    assert!(run.elapsed < grace + SLACK, "{:?}", run.elapsed);
-    assert_healthy(&host).await;
+#[test]
+fn empty_log_lines_cost_their_overhead_in_the_output_budget() {
+    within(Runtime::Threads, async {
+        let host = host().max_stdio(64 << 10).build().unwrap();
+        let run = hostile(&host)
+            .call("demo:hostile/api.empty-logs")
+            .arg(json!(100_000))
+            .run()
+            .await;
+        run.expect_ok();
+        assert!(run.logs.len() <= 1024, "{} log lines", run.logs.len());
+        assert_healthy(&host).await;
+    });
+}
+
+#[test]
+fn a_guest_living_in_host_calls_is_stopped_when_a_cancels_grace_runs_out() {
+    within(Runtime::Threads, async {
+        let grace = Duration::from_millis(500);
+        let host = host().cancel_grace(grace).build().unwrap();
+        let run = hostile(&host)
+            .call("demo:hostile/api.random-forever")
+            .arg(json!(1 << 20))
+            .cancel_after(Duration::from_millis(100))
+            .run()
+            .await;
+        eprintln!(
+            "cancelled at 100 ms with a grace of {grace:?}: stopped after {:?}",
+            run.elapsed
+        );
+        let failure = run.expect_failure(FailureClass::Cancelled);
+        assert!(failure.message.contains("grace period"), "{failure}");
+        assert!(run.elapsed < grace + SLACK, "{:?}", run.elapsed);
+        assert_healthy(&host).await;
+    });
 }
 
 /// One runtime thread, shared by the guest and a neighbour: the neighbour
@@ -102,214 +162,231 @@ async fn a_guest_living_in_host_calls_is_stopped_when_a_cancels_grace_runs_out()
 /// the guest still runs. The guest's fuel budget is one yield interval, so
 /// fuel alone never makes it yield: without the watchdog it would run to its
 /// fuel's end before the neighbour ran once.
-#[tokio::test(flavor = "current_thread")]
-async fn a_guest_living_in_host_calls_yields_to_its_neighbours() {
-    let host = host().fuel(10_000_000).build().unwrap();
-    let guest = hostile(&host);
-    let run = guest
-        .call("demo:hostile/api.random-forever")
-        .arg(json!(4096))
-        .run();
-    tokio::pin!(run);
-    let neighbour = async {
-        for _ in 0..5 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+#[test]
+fn a_guest_living_in_host_calls_yields_to_its_neighbours() {
+    within(Runtime::OneThread, async {
+        let host = host().fuel(10_000_000).build().unwrap();
+        let guest = hostile(&host);
+        let run = guest
+            .call("demo:hostile/api.random-forever")
+            .arg(json!(4096))
+            .run();
+        tokio::pin!(run);
+        let neighbour = async {
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        tokio::select! {
+            biased;
+            () = neighbour => {}
+            run = &mut run => panic!(
+                "the guest held the thread to its end ({:?}) before its neighbour ran",
+                run.outcome
+            ),
         }
-    };
-    tokio::select! {
-        biased;
-        () = neighbour => {}
-        run = &mut run => panic!(
-            "the guest held the thread to its end ({:?}) before its neighbour ran",
-            run.outcome
-        ),
-    }
-    let run = run.await;
-    let failure = run.failure().expect("random-forever never returns");
-    assert_eq!(failure.class, FailureClass::ResourceExhausted, "{failure}");
+        let run = run.await;
+        let failure = run.failure().expect("random-forever never returns");
+        assert_eq!(failure.class, FailureClass::ResourceExhausted, "{failure}");
+    });
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn one_host_call_cannot_make_the_host_build_unbounded_random_bytes() {
-    let host = host().build().unwrap();
-    let guest = hostile(&host);
-    let run = guest
-        .call("demo:hostile/api.random-once")
-        .arg(json!(64 << 10))
-        .run()
-        .await;
-    assert_eq!(run.expect_ok(), &json!(64 << 10));
-    let run = guest
-        .call("demo:hostile/api.random-once")
-        .arg(json!(256u64 << 20))
-        .run()
-        .await;
-    let failure = run.expect_failure(FailureClass::Trap);
-    assert!(
-        failure.message.contains("exceeds limit 1048576"),
-        "{failure}"
-    );
-    assert_healthy(&host).await;
+#[test]
+fn one_host_call_cannot_make_the_host_build_unbounded_random_bytes() {
+    within(Runtime::Threads, async {
+        let host = host().build().unwrap();
+        let guest = hostile(&host);
+        let run = guest
+            .call("demo:hostile/api.random-once")
+            .arg(json!(64 << 10))
+            .run()
+            .await;
+        assert_eq!(run.expect_ok(), &json!(64 << 10));
+        let run = guest
+            .call("demo:hostile/api.random-once")
+            .arg(json!(256u64 << 20))
+            .run()
+            .await;
+        let failure = run.expect_failure(FailureClass::Trap);
+        assert!(
+            failure.message.contains("exceeds limit 1048576"),
+            "{failure}"
+        );
+        assert_healthy(&host).await;
+    });
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn empty_lines_cost_their_overhead_in_the_output_budget() {
-    let budget = 64 << 10;
-    let host = host().max_stdio(budget).build().unwrap();
-    let lines: u64 = 4 << 20;
-    let run = hostile(&host)
-        .call("demo:hostile/api.blank-lines")
-        .arg(json!(lines))
-        .run()
-        .await;
-    run.expect_ok();
-    // Each line costs 64 bytes besides its own: at most budget / 64 lines.
-    assert!(
-        run.output.len() <= budget / 64,
-        "{} lines",
-        run.output.len()
-    );
-    assert!(
-        run.dropped_output >= lines - (budget / 64) as u64,
-        "{} bytes dropped",
-        run.dropped_output
-    );
-    assert_healthy(&host).await;
+#[test]
+fn empty_lines_cost_their_overhead_in_the_output_budget() {
+    within(Runtime::Threads, async {
+        let budget = 64 << 10;
+        let host = host().max_stdio(budget).build().unwrap();
+        let lines: u64 = 4 << 20;
+        let run = hostile(&host)
+            .call("demo:hostile/api.blank-lines")
+            .arg(json!(lines))
+            .run()
+            .await;
+        run.expect_ok();
+        // Each line costs 64 bytes besides its own: at most budget / 64 lines.
+        assert!(
+            run.output.len() <= budget / 64,
+            "{} lines",
+            run.output.len()
+        );
+        assert!(
+            run.dropped_output >= lines - (budget / 64) as u64,
+            "{} bytes dropped",
+            run.dropped_output
+        );
+        assert_healthy(&host).await;
+    });
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_result_too_large_to_lift_is_invalid_output_not_a_host_failure() {
-    let host = host().build().unwrap();
-    let guest = hostile(&host);
-    // 5M elements: more than the output limit lets the host lift (one
-    // lifted value per byte of the limit).
-    let run = guest
-        .call("demo:hostile/api.big-list")
-        .arg(json!(5_000_000))
-        .run()
-        .await;
-    let failure = run.expect_failure(FailureClass::InvalidOutput);
-    assert!(!failure.retryable, "{failure}");
-    assert!(
-        failure.message.contains("output limit of 4 MiB"),
-        "{failure}"
-    );
-    // 1M elements lift, but cannot fit 4 MiB of JSON: refused before the
-    // JSON is built.
-    let run = guest
-        .call("demo:hostile/api.big-list")
-        .arg(json!(1_000_000))
-        .run()
-        .await;
-    let failure = run.expect_failure(FailureClass::InvalidOutput);
-    assert!(failure.message.contains("at least"), "{failure}");
-    // A list that fits is returned whole.
-    let run = guest
-        .call("demo:hostile/api.big-list")
-        .arg(json!(1000))
-        .run()
-        .await;
-    assert_eq!(run.expect_ok().as_array().map(Vec::len), Some(1000));
-    assert_healthy(&host).await;
+#[test]
+fn a_result_too_large_to_lift_is_invalid_output_not_a_host_failure() {
+    within(Runtime::Threads, async {
+        let host = host().build().unwrap();
+        let guest = hostile(&host);
+        // 5M elements: more than the output limit lets the host lift (one
+        // lifted value per byte of the limit).
+        let run = guest
+            .call("demo:hostile/api.big-list")
+            .arg(json!(5_000_000))
+            .run()
+            .await;
+        let failure = run.expect_failure(FailureClass::InvalidOutput);
+        assert!(!failure.retryable, "{failure}");
+        assert!(
+            failure.message.contains("output limit of 4 MiB"),
+            "{failure}"
+        );
+        // 1M elements lift, but cannot fit 4 MiB of JSON: refused before the
+        // JSON is built.
+        let run = guest
+            .call("demo:hostile/api.big-list")
+            .arg(json!(1_000_000))
+            .run()
+            .await;
+        let failure = run.expect_failure(FailureClass::InvalidOutput);
+        assert!(failure.message.contains("at least"), "{failure}");
+        // A list that fits is returned whole.
+        let run = guest
+            .call("demo:hostile/api.big-list")
+            .arg(json!(1000))
+            .run()
+            .await;
+        assert_eq!(run.expect_ok().as_array().map(Vec::len), Some(1000));
+        assert_healthy(&host).await;
+    });
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn handles_are_capped_per_task_and_released_with_it() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("f"), "x").unwrap();
-    let host = host()
-        .dir(dir.path(), "/data", DirMode::ReadOnly)
-        .build()
-        .unwrap();
-    let before = open_fds();
-    let run = hostile(&host)
-        .call("demo:hostile/api.hold-files")
-        .args([json!("/data/f"), json!(5000)])
-        .run()
-        .await;
-    let failure = run.expect_failure(FailureClass::ResourceExhausted);
-    assert!(
-        failure.message.contains("limit of 1024 handles"),
-        "{failure}"
-    );
-    assert_eq!(failure.details.as_ref().unwrap()["limit"], "max_handles");
-    let after = open_fds();
-    assert!(
-        after < before + 64,
-        "{before} descriptors before the task, {after} after"
-    );
-    assert_healthy(&host).await;
+#[test]
+fn handles_are_capped_per_task_and_released_with_it() {
+    within(Runtime::Threads, async {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), "x").unwrap();
+        let host = host()
+            .dir(dir.path(), "/data", DirMode::ReadOnly)
+            .build()
+            .unwrap();
+        let before = open_fds();
+        let run = hostile(&host)
+            .call("demo:hostile/api.hold-files")
+            .args([json!("/data/f"), json!(5000)])
+            .run()
+            .await;
+        let failure = run.expect_failure(FailureClass::ResourceExhausted);
+        assert!(
+            failure.message.contains("limit of 1024 handles"),
+            "{failure}"
+        );
+        assert_eq!(failure.details.as_ref().unwrap()["limit"], "max_handles");
+        let after = open_fds();
+        assert!(
+            after < before + 64,
+            "{before} descriptors before the task, {after} after"
+        );
+        assert_healthy(&host).await;
+    });
 }
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_component_the_pool_cannot_hold_is_refused_at_load_with_the_numbers() {
-    let host = host().build().unwrap();
-    let instances = "(core instance (instantiate $m))\n".repeat(200);
-    let bytes = component(&format!(
-        r#"(component
-             (core module $m (func (export "f")))
-             {instances}
-             (core instance $i (instantiate $m))
-             (func (export "run") (canon lift (core func $i "f"))))"#
-    ));
-    let Err(error) = host.load_bytes(&bytes) else {
-        panic!("a component of 201 core instances loaded");
-    };
-    assert!(matches!(error, LoadError::Invalid(_)), "{error}");
-    let message = error.to_string();
-    assert!(message.contains("201 core module instances"), "{message}");
-    assert!(message.contains("maximum of 32"), "{message}");
-    assert_healthy(&host).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_memory_limit_covers_all_of_an_instances_memories() {
-    let host = host().memory(64 << 20).build().unwrap();
-    // Each memory is 40 MiB (640 pages): one fits the limit, two do not.
-    let with = |memories: usize| {
-        let instances = "(core instance (instantiate $m))\n".repeat(memories - 1);
-        component(&format!(
-            r#"(component
-                 (core module $m (memory 640) (func (export "f")))
-                 (core instance $i (instantiate $m))
-                 {instances}
-                 (func (export "run") (canon lift (core func $i "f"))))"#
-        ))
-    };
-    let one = host.load_bytes(&with(1)).unwrap();
-    one.call("run").run().await.expect_ok();
-    let two = host.load_bytes(&with(2)).unwrap();
-    let run = two.call("run").run().await;
-    let failure = run.expect_failure(FailureClass::ResourceExhausted);
-    assert!(
-        failure.message.contains("64 MiB exceeded") && failure.message.contains("80 MiB in all"),
-        "{failure}"
-    );
-    assert_healthy(&host).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn guest_chosen_names_are_cut_short_in_failure_messages() {
-    let host = host().build().unwrap();
-    let name = "a".repeat(10_000);
-    let guest = host
-        .load_bytes(&component(&format!(
+#[test]
+fn a_component_the_pool_cannot_hold_is_refused_at_load_with_the_numbers() {
+    within(Runtime::Threads, async {
+        let host = host().build().unwrap();
+        let instances = "(core instance (instantiate $m))\n".repeat(200);
+        let bytes = component(&format!(
             r#"(component
                  (core module $m (func (export "f")))
+                 {instances}
                  (core instance $i (instantiate $m))
-                 (func (export "{name}") (canon lift (core func $i "f"))))"#
-        )))
-        .unwrap();
-    let run = guest.call("missing").run().await;
-    let failure = run.expect_failure(FailureClass::UnknownActivity);
-    assert!(
-        failure.message.len() < 1000,
-        "{} bytes",
-        failure.message.len()
-    );
-    assert!(failure.message.contains("aaaa…"), "{failure}");
+                 (func (export "run") (canon lift (core func $i "f"))))"#
+        ));
+        let Err(error) = host.load_bytes(&bytes) else {
+            panic!("a component of 201 core instances loaded");
+        };
+        assert!(matches!(error, LoadError::Invalid(_)), "{error}");
+        let message = error.to_string();
+        assert!(message.contains("201 core module instances"), "{message}");
+        assert!(message.contains("maximum of 32"), "{message}");
+        assert_healthy(&host).await;
+    });
+}
+
+#[test]
+fn the_memory_limit_covers_all_of_an_instances_memories() {
+    within(Runtime::Threads, async {
+        let host = host().memory(64 << 20).build().unwrap();
+        // Each memory is 40 MiB (640 pages): one fits the limit, two do not.
+        let with = |memories: usize| {
+            let instances = "(core instance (instantiate $m))\n".repeat(memories - 1);
+            component(&format!(
+                r#"(component
+                     (core module $m (memory 640) (func (export "f")))
+                     (core instance $i (instantiate $m))
+                     {instances}
+                     (func (export "run") (canon lift (core func $i "f"))))"#
+            ))
+        };
+        let one = host.load_bytes(&with(1)).unwrap();
+        one.call("run").run().await.expect_ok();
+        let two = host.load_bytes(&with(2)).unwrap();
+        let run = two.call("run").run().await;
+        let failure = run.expect_failure(FailureClass::ResourceExhausted);
+        assert!(
+            failure.message.contains("64 MiB exceeded")
+                && failure.message.contains("80 MiB in all"),
+            "{failure}"
+        );
+        assert_healthy(&host).await;
+    });
+}
+
+#[test]
+fn guest_chosen_names_are_cut_short_in_failure_messages() {
+    within(Runtime::Threads, async {
+        let host = host().build().unwrap();
+        let name = "a".repeat(10_000);
+        let guest = host
+            .load_bytes(&component(&format!(
+                r#"(component
+                     (core module $m (func (export "f")))
+                     (core instance $i (instantiate $m))
+                     (func (export "{name}") (canon lift (core func $i "f"))))"#
+            )))
+            .unwrap();
+        let run = guest.call("missing").run().await;
+        let failure = run.expect_failure(FailureClass::UnknownActivity);
+        assert!(
+            failure.message.len() < 1000,
+            "{} bytes",
+            failure.message.len()
+        );
+        assert!(failure.message.contains("aaaa…"), "{failure}");
+    });
 }

@@ -76,6 +76,32 @@ async fn a_guest_reaches_granted_hosts_only() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_sends_at_most_its_limit_of_requests() {
+    let port = echo_server();
+    let url = format!("http://127.0.0.1:{port}/");
+    let run = |limit: u32| {
+        let host = host()
+            .http_host(&format!("127.0.0.1:{port}"))
+            .max_http_requests(limit)
+            .build()
+            .unwrap();
+        let fetch = host.load_file(example("fetch")).unwrap();
+        let url = url.clone();
+        async move { fetch.call("demo:fetch/api.get").arg(json!(url)).run().await }
+    };
+    run(1).await.expect_ok();
+    // The limit spent: the request fails in the guest, as the host's
+    // `connection-limit-reached`.
+    let spent = run(0).await;
+    let failure = spent.expect_failure(FailureClass::Application);
+    assert_eq!(failure.kind, "Http", "{failure}");
+    assert!(
+        failure.message.contains("ConnectionLimitReached"),
+        "{failure}"
+    );
+}
+
 #[test]
 fn a_tenant_without_grants_cannot_load_an_http_component() {
     let host = host().build().unwrap();

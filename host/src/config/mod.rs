@@ -192,6 +192,7 @@ struct RawLimits {
     max_output: Option<String>,
     max_stdio: Option<String>,
     max_handles: Option<i64>,
+    max_http_requests: Option<i64>,
     max_versions: Option<i64>,
     max_stored: Option<String>,
     #[serde(default)]
@@ -354,6 +355,14 @@ impl Config {
                     defaults.max_handles as i64,
                     &key("limits.max_handles"),
                 )?,
+                max_http_requests: u32::try_from(positive(
+                    l.max_http_requests,
+                    i64::from(defaults.max_http_requests),
+                    &key("limits.max_http_requests"),
+                )?)
+                .map_err(|_| {
+                    ConfigError(format!("{}: too large", key("limits.max_http_requests")))
+                })?,
                 ..defaults
             };
             let max_concurrent = positive(

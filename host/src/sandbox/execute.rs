@@ -203,6 +203,7 @@ impl Sandbox {
             http: WasiHttpCtx::new(),
             http_policy: HttpPolicy {
                 hosts: tenant.capabilities.http_hosts.clone(),
+                requests_left: limits.max_http_requests,
             },
             limiter: Limiter::new(limits),
             capture: capture.clone(),

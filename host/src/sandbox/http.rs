@@ -83,6 +83,8 @@ impl HttpHost {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct HttpPolicy {
     pub(crate) hosts: Arc<[HttpHost]>,
+    /// Requests the task may still send (`limits.max_http_requests`).
+    pub(crate) requests_left: u32,
 }
 
 impl HttpPolicy {
@@ -118,6 +120,11 @@ impl WasiHttpHooks for HttpPolicy {
             tracing::debug!(uri = %request.uri(), "outbound HTTP denied: not in the tenant's http_hosts");
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         }
+        let Some(left) = self.requests_left.checked_sub(1) else {
+            tracing::debug!(uri = %request.uri(), "outbound HTTP denied: the task sent its limit of requests (limits.max_http_requests)");
+            return Box::new(async { Err(wasmtime_wasi_http::Error::ConnectionLimitReached) });
+        };
+        self.requests_left = left;
         wasmtime_wasi_http::default_hooks().send_request(request, options, fut)
     }
 }
@@ -129,6 +136,7 @@ mod tests {
     fn policy(grants: &[&str]) -> HttpPolicy {
         HttpPolicy {
             hosts: grants.iter().map(|g| g.parse().unwrap()).collect(),
+            requests_left: 1,
         }
     }
 

@@ -34,6 +34,9 @@ pub struct Limits {
     /// HTTP requests and responses, pollables): each may pin a host file
     /// descriptor or buffer. One more fails in the guest.
     pub max_handles: usize,
+    /// Outbound HTTP requests one task may send; more fail in the guest
+    /// (`connection-limit-reached`).
+    pub max_http_requests: u32,
 }
 
 impl Default for Limits {
@@ -49,6 +52,7 @@ impl Default for Limits {
             max_stdio: 1 << 20,
             cancel_grace: Duration::from_secs(2),
             max_handles: 1024,
+            max_http_requests: 100,
         }
     }
 }

@@ -270,10 +270,14 @@ impl Corral {
         let shell = self.child.id();
         let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
             .unwrap_or_else(|e| panic!("the watchdog shell's children: {e}"));
+        // The shell also runs its `sleep`s: find corral by name.
         children
             .split_whitespace()
-            .next()
-            .and_then(|pid| pid.parse().ok())
+            .filter_map(|pid| pid.parse().ok())
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "corral")
+            })
             .unwrap_or_else(|| panic!("the watchdog shell runs no corral: `{children}`"))
     }
 

@@ -54,6 +54,13 @@ impl Guest for Hostile {
         }
     }
 
+    fn log_forever(bytes: u32) {
+        let message = "x".repeat(bytes as usize);
+        loop {
+            corral_guest::log::info(&message);
+        }
+    }
+
     fn big_list(n: u32) -> Vec<u32> {
         (0..n).collect()
     }
