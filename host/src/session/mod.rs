@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use permits::{HostSlot, Permit, Permits, TenantSlots, TypeSlot, Usage};
+pub use permits::{HostSlot, Permit, Permits, TenantSlots, TypeAdmission, TypeSlot, Usage};
 pub use registry::{Registry, Route, TenantTable};
 
 use crate::metrics::Metrics;
@@ -39,7 +39,7 @@ pub enum CancelReason {
 }
 
 /// A task as delivered by an engine.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TaskStart {
     pub key: TaskKey,
     pub tenant: String,
@@ -54,6 +54,10 @@ pub struct TaskStart {
     /// hears from it well within its liveness window (the connector
     /// throttles what it forwards).
     pub heartbeat_every: Duration,
+    /// The slot of the type's own limit, when the connector took it as it
+    /// accepted the task (an engine that refuses rather than lets a task
+    /// wait); otherwise the session waits for one.
+    pub type_slot: Option<TypeSlot>,
 }
 
 /// A task's arguments, as its engine delivers them.

@@ -47,6 +47,17 @@ pub struct TypeSlot {
     _type: OwnedSemaphorePermit,
 }
 
+/// What [`Permits::try_type_slot`] found.
+#[derive(Debug)]
+pub enum TypeAdmission {
+    /// The type has no limit of its own.
+    Unlimited,
+    /// A slot, to hold until the task ends.
+    Held(TypeSlot),
+    /// Every slot of the type is taken.
+    Full,
+}
+
 /// A host slot, held while a task executes.
 #[derive(Debug)]
 pub struct HostSlot {
@@ -112,11 +123,17 @@ impl Permits {
         Some(TypeSlot { _type: slot })
     }
 
-    /// Whether a task of the type could start now as far as its own limit
-    /// goes (always, for a type without one).
-    pub fn type_free(&self, tenant: &str, names: &[&str]) -> bool {
-        self.type_semaphore(tenant, names)
-            .is_none_or(|s| s.available_permits() > 0)
+    /// A slot of the type now, for an engine that refuses a task instead of
+    /// letting it wait (Aion): checking and taking are one step, so two
+    /// tasks arriving together cannot both pass a limit of one.
+    pub fn try_type_slot(&self, tenant: &str, names: &[&str]) -> TypeAdmission {
+        let Some(semaphore) = self.type_semaphore(tenant, names) else {
+            return TypeAdmission::Unlimited;
+        };
+        match semaphore.clone().try_acquire_owned() {
+            Ok(slot) => TypeAdmission::Held(TypeSlot { _type: slot }),
+            Err(_) => TypeAdmission::Full,
+        }
     }
 
     /// Every activity type with its own limit: (tenant, type) → usage.
@@ -270,8 +287,14 @@ mod tests {
         // By alias or by full name, whichever is configured.
         let first = permits.type_slot("t", &["demo:x/api.slow", "Slow"]).await;
         assert!(first.is_some());
-        assert!(!permits.type_free("t", &["Slow"]));
-        assert!(permits.type_free("t", &["Fast"]));
+        assert!(matches!(
+            permits.try_type_slot("t", &["Slow"]),
+            TypeAdmission::Full
+        ));
+        assert!(matches!(
+            permits.try_type_slot("t", &["Fast"]),
+            TypeAdmission::Unlimited
+        ));
         let second =
             tokio::time::timeout(Duration::from_millis(50), permits.type_slot("t", &["Slow"]))
                 .await;

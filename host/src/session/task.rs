@@ -112,10 +112,15 @@ async fn run_routed(
     // are taken here, in arrival order, and held while the guest runs; the
     // session's liveness pump keeps the task alive with the engine while it
     // waits.
-    let _type = session
-        .permits
-        .type_slot(&route.tenant.name, &[&start.activity_type, &route.activity])
-        .await;
+    let _type = match start.type_slot.take() {
+        Some(taken) => Some(taken),
+        None => {
+            session
+                .permits
+                .type_slot(&route.tenant.name, &[&start.activity_type, &route.activity])
+                .await
+        }
+    };
     let _slot = session.permits.host_slot().await;
     session
         .sandbox

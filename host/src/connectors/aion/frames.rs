@@ -141,6 +141,7 @@ pub fn task(
         },
         deadline: None,
         heartbeat_every,
+        type_slot: None,
     };
     Ok((attempt, start))
 }

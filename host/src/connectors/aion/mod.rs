@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::AionBinding;
 use crate::session::{
     Connector, Inbound, Permit, Permits, Registry, Report, ReportError, TaskKey, TenantSlots,
+    TypeAdmission,
 };
 use crate::sync::lock;
 use frames::Attempt;
@@ -111,7 +112,7 @@ impl Shared {
     /// Accepts a pushed task when the tenant has a free permit; otherwise
     /// refuses it, so the server re-parks it for another worker or later.
     fn accept(&self, task: wire::ActivityTask) -> Option<Inbound> {
-        let (attempt, start) = match frames::task(task, &self.tenant, self.heartbeat_every()) {
+        let (attempt, mut start) = match frames::task(task, &self.tenant, self.heartbeat_every()) {
             Ok(parsed) => parsed,
             Err(e) => {
                 tracing::warn!(tenant = %self.tenant, "ignoring a malformed task: {e}");
@@ -134,12 +135,17 @@ impl Shared {
             start.activity_type.as_str(),
             full.as_deref().unwrap_or_default(),
         ];
-        if !self.permits.type_free(&self.tenant, &names) {
-            return refuse(format!(
-                "activity type `{}` is at its own concurrency limit",
-                start.activity_type
-            ));
-        }
+        // Taken, not just checked: the next task pushed must see it gone.
+        start.type_slot = match self.permits.try_type_slot(&self.tenant, &names) {
+            TypeAdmission::Unlimited => None,
+            TypeAdmission::Held(slot) => Some(slot),
+            TypeAdmission::Full => {
+                return refuse(format!(
+                    "activity type `{}` is at its own concurrency limit",
+                    start.activity_type
+                ));
+            }
+        };
         let Some(permit) = self.slots.try_acquire() else {
             return refuse(format!(
                 "tenant `{}` is at its concurrency limit",

@@ -25,14 +25,20 @@ type Seen = Arc<Mutex<Vec<(usize, Up)>>>;
 struct Scripted {
     streams: AtomicUsize,
     seen: Seen,
+    /// The concurrency the worker must advertise.
+    limit: u32,
+    /// What the server pushes on the first stream after its ack.
+    first: Vec<Down>,
 }
 
 fn task(token: &str) -> Down {
+    task_at(token, 1)
+}
+
+fn task_at(token: &str, sequence_position: u64) -> Down {
     Down::Task(wire::ActivityTask {
         workflow_id: Some(wire::WorkflowId { uuid: "w".into() }),
-        activity_id: Some(wire::ActivityId {
-            sequence_position: 1,
-        }),
+        activity_id: Some(wire::ActivityId { sequence_position }),
         activity_type: "answer".into(),
         input: Some(frames::payload(&serde_json::json!({}))),
         attempt: 1,
@@ -57,7 +63,7 @@ impl WorkerProtocol for Scripted {
         else {
             return Err(Status::invalid_argument("register first"));
         };
-        assert_eq!(register.max_concurrency, Some(1));
+        assert_eq!(register.max_concurrency, Some(self.limit));
         assert_eq!(register.activity_types, ["answer"]);
         let stream = self.streams.fetch_add(1, Ordering::SeqCst);
         let (down, receiver) = mpsc::unbounded_channel();
@@ -70,16 +76,12 @@ impl WorkerProtocol for Scripted {
             worker_id: 1,
             namespace: "default".into(),
             heartbeat_window_ms: 2000,
-            accepted_max_concurrency: 1,
+            accepted_max_concurrency: self.limit,
         }));
         if stream == 0 {
-            send(Down::LivenessPing(wire::LivenessPing {
-                liveness_ping: 7,
-                silence_window_ms: 2000,
-            }));
-            send(task("t1"));
-            // Over the limit of one: refused, not queued.
-            send(task("t2"));
+            for frame in &self.first {
+                send(frame.clone());
+            }
         }
         let seen = self.seen.clone();
         tokio::spawn(async move {
@@ -109,8 +111,37 @@ impl WorkerProtocol for Scripted {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_unacknowledged_result_is_reported_again_on_the_next_stream() {
+/// A component whose `answer` returns 42 after `spin` loop iterations.
+fn answer(spin: u32) -> String {
+    format!(
+        r#"(component
+            (core module $m
+              (func (export "answer") (result i32) (local i32)
+                (loop $l
+                  (local.set 0 (i32.add (local.get 0) (i32.const 1)))
+                  (br_if $l (i32.lt_u (local.get 0) (i32.const {spin}))))
+                i32.const 42))
+            (core instance $i (instantiate $m))
+            (func (export "answer") (result u32) (canon lift (core func $i "answer"))))"#
+    )
+}
+
+/// A session serving tenant `t` through the connector, against a scripted
+/// server that pushes `first` on its first stream.
+struct Served {
+    session: Arc<Session>,
+    seen: Seen,
+    shutdown: CancellationToken,
+    serving: tokio::task::JoinHandle<()>,
+    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+async fn serve(
+    first: Vec<Down>,
+    component: &str,
+    limit: usize,
+    type_limits: &[(&str, usize)],
+) -> Served {
     let seen: Seen = Arc::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
@@ -119,6 +150,8 @@ async fn an_unacknowledged_result_is_reported_again_on_the_next_stream() {
             .add_service(WorkerProtocolServer::new(Scripted {
                 streams: AtomicUsize::new(0),
                 seen: seen.clone(),
+                limit: limit as u32,
+                first,
             }))
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
@@ -128,24 +161,15 @@ async fn an_unacknowledged_result_is_reported_again_on_the_next_stream() {
         ..SandboxConfig::default()
     })
     .unwrap();
-    let component = sandbox
-        .load(
-            &wat::parse_str(
-                r#"(component
-                    (core module $m (func (export "answer") (result i32) i32.const 42))
-                    (core instance $i (instantiate $m))
-                    (func (export "answer") (result u32) (canon lift (core func $i "answer"))))"#,
-            )
-            .unwrap(),
-        )
-        .unwrap();
+    let component = sandbox.load(&wat::parse_str(component).unwrap()).unwrap();
     let registry = Arc::new(Registry::default());
     let tenant = Tenant {
         name: "t".into(),
         ..Tenant::default()
     };
     registry.set_tenant(tenant, &[component], &[]).unwrap();
-    let permits = Permits::new(4, [("t".to_owned(), 1)]);
+    let permits = Permits::new(4, [("t".to_owned(), limit)])
+        .with_type_limits("t", type_limits.iter().map(|(n, l)| ((*n).to_owned(), *l)));
     let binding = AionBinding {
         address: format!("http://{address}"),
         namespace: "default".into(),
@@ -171,6 +195,50 @@ async fn an_unacknowledged_result_is_reported_again_on_the_next_stream() {
                 .await
         }
     });
+    Served {
+        session,
+        seen,
+        shutdown,
+        serving,
+        server,
+    }
+}
+
+impl Served {
+    /// Waits (at most ten seconds) until `done` holds of the frames seen.
+    async fn until(&self, done: impl Fn(&[(usize, Up)]) -> bool) {
+        for _ in 0..200 {
+            if done(&self.seen.lock().unwrap()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("not seen: {:?}", self.seen.lock().unwrap());
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.serving)
+            .await
+            .expect("the session stops")
+            .unwrap();
+        self.server.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unacknowledged_result_is_reported_again_on_the_next_stream() {
+    let first = vec![
+        Down::LivenessPing(wire::LivenessPing {
+            liveness_ping: 7,
+            silence_window_ms: 2000,
+        }),
+        task("t1"),
+        // Over the limit of one: refused, not queued.
+        task("t2"),
+    ];
+    let served = serve(first, &answer(0), 1, &[]).await;
+    let (session, seen) = (served.session.clone(), served.seen.clone());
 
     let reported_again = || {
         seen.lock()
@@ -225,10 +293,32 @@ async fn an_unacknowledged_result_is_reported_again_on_the_next_stream() {
         assert_eq!(payload.bytes, b"42");
     }
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), serving)
-        .await
-        .expect("the session stops")
-        .unwrap();
-    server.abort();
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_type_at_its_own_limit_is_refused_even_when_pushed_back_to_back() {
+    // The tenant could run two, the type one: the second task pushed right
+    // behind the first (which runs for a while) is refused at once.
+    let first = vec![task_at("t1", 1), task_at("t2", 2)];
+    let served = serve(first, &answer(50_000_000), 2, &[("answer", 1)]).await;
+    served
+        .until(|frames| frames.iter().any(|(_, f)| matches!(f, Up::Result(_))))
+        .await;
+    let frames = served.seen.lock().unwrap().clone();
+    let refused: Vec<&wire::TaskRefused> = frames
+        .iter()
+        .filter_map(|(_, f)| match f {
+            Up::TaskRefused(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), 1, "{frames:?}");
+    assert_eq!(refused[0].completion_token, "t2");
+    assert!(
+        refused[0].reason.contains("its own concurrency limit"),
+        "{:?}",
+        refused[0]
+    );
+    served.stop().await;
 }

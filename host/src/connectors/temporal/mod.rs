@@ -241,6 +241,8 @@ fn inbound(task: ActivityTask, tenant: &str) -> Option<Inbound> {
                     .map_or(Duration::from_secs(1), |t| {
                         (t / 3).max(Duration::from_millis(200))
                     }),
+                // A type at its limit waits in the session, heartbeated.
+                type_slot: None,
             })))
         }
         Variant::Cancel(cancel) => {
