@@ -1,7 +1,7 @@
 //! Outbound HTTP (`wasi:http`): granted per tenant and per destination.
 //! A guest reaches a granted loopback server; any other destination is
-//! denied before a connection is made; a tenant without grants cannot load
-//! a component that imports `wasi:http` at all.
+//! denied before a connection is made; a tenant without grants loads a
+//! component that imports `wasi:http`, and every request it makes is denied.
 
 mod common;
 
@@ -13,7 +13,7 @@ use serde_json::json;
 use common::activities::{execute, execute_completed, text};
 use common::admin::{Host, path};
 use common::{example, host};
-use corral::sandbox::{FailureClass, LoadError};
+use corral::sandbox::FailureClass;
 
 /// A loopback HTTP server answering every request with its own path, on a
 /// port of its own. Returns the port.
@@ -102,16 +102,18 @@ async fn a_task_sends_at_most_its_limit_of_requests() {
     );
 }
 
-#[test]
-fn a_tenant_without_grants_cannot_load_an_http_component() {
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_without_grants_loads_an_http_component_whose_requests_are_denied() {
+    let port = echo_server();
     let host = host().build().unwrap();
-    let Err(LoadError::NotGranted(reason)) = host.load_file(example("fetch")) else {
-        panic!("loaded without a grant")
-    };
-    assert!(
-        reason.contains("`wasi:http/outgoing-handler@0.2") && reason.contains("http_hosts"),
-        "{reason}"
-    );
+    let fetch = host.load_file(example("fetch")).unwrap();
+    let run = fetch
+        .call("demo:fetch/api.get")
+        .arg(json!(format!("http://127.0.0.1:{port}/")))
+        .run()
+        .await;
+    let failure = run.expect_failure(FailureClass::Application);
+    assert_eq!(failure.kind, "Denied", "{failure}");
 }
 
 #[test]
@@ -146,33 +148,38 @@ fn served_tenants_get_their_own_grants() {
     assert_eq!(denied["status"], "FAILED", "{denied}");
     assert!(denied.to_string().contains("Denied"), "{denied}");
 
-    // beta is not granted outbound HTTP: the upload is refused, naming it.
+    // beta is not granted outbound HTTP: the component deploys (language
+    // runtimes import wasi:http whether or not they use it), and every
+    // request it makes is denied.
     let out = host.cli(&host.tokens[1].token, &["deploy", &fetch]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let said = text(&out);
-    assert!(
-        said.contains("InvalidArgument")
-            && said.contains("tenant `beta` is not granted what the component imports")
-            && said.contains("`wasi:http/outgoing-handler@0.2"),
-        "{said}"
+    assert!(out.status.success(), "{}", text(&out));
+    let url = format!(r#""http://127.0.0.1:{port}/from-beta""#);
+    let (_, denied) = execute(
+        &host.server,
+        &host.queues[1],
+        "demo:fetch/api.get",
+        &[&url],
+        &["--retry-maximum-attempts", "1"],
     );
+    assert_eq!(denied["status"], "FAILED", "{denied}");
+    assert!(denied.to_string().contains("Denied"), "{denied}");
 }
 
 #[test]
-fn corral_run_names_the_missing_grant() {
+fn corral_run_without_a_grant_denies_every_request() {
+    let port = echo_server();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
         .args([
             "run",
             &path(&example("fetch")),
             "demo:fetch/api.get",
-            r#""http://127.0.0.1:9/""#,
+            &format!(r#""http://127.0.0.1:{port}/""#),
+            "--json",
         ])
         .output()
         .unwrap();
     let said = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{said}");
-    assert!(
-        said.contains("which needs outbound HTTP") && said.contains("(--http-host)"),
-        "{said}"
-    );
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    let failure: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(failure["kind"], "Denied", "{said}");
 }

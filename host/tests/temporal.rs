@@ -408,19 +408,31 @@ fn a_result_is_recorded_across_a_temporal_server_restart() {
     assert_eq!(outcome(&server, &id)["result"], 30);
 }
 
+/// The README's `corral dev`, from the repository root with no files: it
+/// serves everything `examples/build.sh` built.
 #[test]
 fn corral_dev_starts_a_server_prints_working_commands_and_stops_everything() {
     let greeter = example("greeter");
+    let root = greeter
+        .ancestors()
+        .nth(3)
+        .expect("the repository root")
+        .to_owned();
     let port = common::processes::free_port();
-    let mut dev = Corral::start(
-        &[
-            "dev".into(),
-            greeter.display().to_string(),
-            "--port".into(),
-            port.to_string(),
-        ],
+    let mut dev = Corral::start_in(
+        Some(&root),
+        &["dev".into(), "--port".into(), port.to_string()],
         tempfile::tempdir().unwrap(),
     );
+    // Every example is served, `fetch` (which imports wasi:http) among them.
+    for ty in ["demo:fetch/api.get", "demo:progress/api.count-to"] {
+        assert!(
+            dev.stdout().contains(ty) || dev.stderr().contains(ty),
+            "{ty} is not served:\n{}\n{}",
+            dev.stdout(),
+            dev.stderr()
+        );
+    }
     let find = |out: &str| {
         out.lines()
             .find(|l| {

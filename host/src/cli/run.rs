@@ -122,9 +122,6 @@ pub async fn run(args: Args) -> ExitCode {
         Ok(component) => component,
         Err(e) => return usage_error(format!("cannot load `{}`: {e}", args.file.display())),
     };
-    if let Err(e) = tenant.capabilities.check_imports(&component.imports) {
-        return usage_error(format!("`{}`: {e} (--http-host)", args.file.display()));
-    }
     if component.activity(&args.activity_type).is_none() {
         let known: Vec<&str> = component
             .activities

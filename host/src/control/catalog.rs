@@ -145,15 +145,14 @@ impl Catalog {
                 let name = &spec.tenant.name;
                 let tenant_index = state.index.tenants.get(name).cloned().unwrap_or_default();
                 for version in tenant_index.active_versions() {
-                    let component = catalog
-                        .loaded(&mut state, spec, &version.digest)
-                        .await
-                        .map_err(|e| {
+                    let component = catalog.loaded(&mut state, &version.digest).await.map_err(
+                        |e| {
                             format!(
                                 "tenant `{name}`: active version {} of `{}` cannot be served: {e}",
                                 version.digest, version.name
                             )
-                        })?;
+                        },
+                    )?;
                     tracing::info!(tenant = %name, digest = %version.digest, deployment = %version.name, from_cache = component.from_cache, "loaded");
                 }
             }
@@ -193,7 +192,7 @@ impl Catalog {
                 |s| s.to_string_lossy().into_owned(),
             );
             let size = bytes.len() as u64;
-            let component = self.load(spec, bytes.clone()).await.map_err(|e| fail(&e))?;
+            let component = self.load(bytes.clone()).await.map_err(|e| fail(&e))?;
             let digest = component.digest.clone();
             tracing::info!(tenant, digest = %digest, from_cache = component.from_cache, "loaded {}", path.display());
             let active = tenant_index
@@ -260,7 +259,7 @@ impl Catalog {
         // Refused before compiling, and again (the index may have changed
         // meanwhile) before anything is written.
         self.admit(&*self.state.lock().await, spec, &digest, size)?;
-        let component = match self.load(spec, bytes.clone()).await {
+        let component = match self.load(bytes.clone()).await {
             Ok(component) => component,
             Err(e) => {
                 // Compiled and cached before a later check refused it.
@@ -423,10 +422,10 @@ impl Catalog {
 
     /// One stored version, loaded so its signatures can be shown.
     pub async fn describe(&self, tenant: &str, digest: &str) -> Result<VersionView, ControlError> {
-        let spec = self.spec(tenant)?;
+        self.spec(tenant)?;
         let mut state = self.state.lock().await;
         let (tenant_index, version) = state.version(tenant, digest)?;
-        let component = self.loaded(&mut state, spec, &version.digest).await?;
+        let component = self.loaded(&mut state, &version.digest).await?;
         Ok(VersionView {
             tenant: tenant.to_owned(),
             active: tenant_index.is_active(&version),
@@ -469,7 +468,7 @@ impl Catalog {
         let name = &spec.tenant.name;
         let mut components = Vec::new();
         for version in tenant_index.active_versions() {
-            components.push(self.loaded(state, spec, &version.digest).await?);
+            components.push(self.loaded(state, &version.digest).await?);
         }
         let aliases = aliases(spec, &tenant_index);
         let table = Registry::prepare(spec.tenant.clone(), &components, &aliases)
@@ -501,28 +500,21 @@ impl Catalog {
     async fn loaded(
         &self,
         state: &mut State,
-        spec: &TenantSpec,
         digest: &str,
     ) -> Result<Arc<LoadedComponent>, ControlError> {
         if let Some(c) = state.loaded.get(digest) {
-            // Loaded for another tenant, maybe with other grants.
-            granted(spec, c)?;
             return Ok(c.clone());
         }
         let bytes = self.store.bytes(digest).map_err(|e| {
             ControlError::Internal(format!("the stored bytes of {digest} cannot be read: {e}"))
         })?;
-        let component = self.load(spec, bytes).await?;
+        let component = self.load(bytes).await?;
         state.loaded.insert(digest.to_owned(), component.clone());
         Ok(component)
     }
 
     /// Validates and compiles on a blocking thread (compiling takes seconds).
-    async fn load(
-        &self,
-        spec: &TenantSpec,
-        bytes: Vec<u8>,
-    ) -> Result<Arc<LoadedComponent>, ControlError> {
+    async fn load(&self, bytes: Vec<u8>) -> Result<Arc<LoadedComponent>, ControlError> {
         let sandbox = self.sandbox.clone();
         let _compiling = self
             .compiles
@@ -535,13 +527,11 @@ impl Catalog {
         match loaded {
             Ok(component) => {
                 self.metrics.component_loaded(component.from_cache);
-                granted(spec, &component)?;
                 Ok(component)
             }
             Err(LoadError::UnsatisfiedImports(names)) => {
                 Err(ControlError::InvalidArgument(format!(
-                    "the component imports what tenant `{}` is not granted (or this host does not provide): {}",
-                    spec.tenant.name,
+                    "the component imports what this host does not provide: {}",
                     names
                         .iter()
                         .map(|n| format!("`{n}`"))
@@ -552,19 +542,6 @@ impl Catalog {
             Err(e) => Err(ControlError::InvalidArgument(e.to_string())),
         }
     }
-}
-
-/// Whether the tenant is granted everything the component imports.
-fn granted(spec: &TenantSpec, component: &LoadedComponent) -> Result<(), ControlError> {
-    spec.tenant
-        .capabilities
-        .check_imports(&component.imports)
-        .map_err(|e| {
-            ControlError::InvalidArgument(format!(
-                "tenant `{}` is not granted what the component imports: {e}",
-                spec.tenant.name
-            ))
-        })
 }
 
 /// The configuration's aliases, then each active version's own.

@@ -69,8 +69,6 @@ pub struct Capabilities {
 }
 
 /// The import prefix that needs an `http_hosts` grant.
-const HTTP_IMPORTS: &str = "wasi:http/";
-
 /// Most random bytes one `wasi:random` call may ask for (wasmtime's default
 /// is 64 MiB, built in host memory before the guest sees a byte). Language
 /// runtimes ask for a few dozen bytes at a time.
@@ -127,33 +125,6 @@ impl Capabilities {
             }
         }
         Ok(())
-    }
-
-    /// The imports among `imports` that this policy does not grant: a
-    /// component importing them is refused for this tenant, naming them.
-    pub fn ungranted<'a>(&self, imports: &'a [String]) -> Vec<&'a str> {
-        imports
-            .iter()
-            .filter(|import| import.starts_with(HTTP_IMPORTS) && self.http_hosts.is_empty())
-            .map(String::as_str)
-            .collect()
-    }
-
-    /// Why a component with these imports cannot serve under this policy.
-    pub fn check_imports(&self, imports: &[String]) -> Result<(), PolicyError> {
-        let ungranted = self.ungranted(imports);
-        if ungranted.is_empty() {
-            return Ok(());
-        }
-        Err(PolicyError(format!(
-            "the component imports {}, which needs outbound HTTP: grant the hosts it may call \
-             with capabilities.http_hosts",
-            ungranted
-                .iter()
-                .map(|i| format!("`{i}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )))
     }
 
     /// The WASI context of one task. Sockets: TCP and UDP are off and no
@@ -260,29 +231,5 @@ mod tests {
             ..Capabilities::default()
         };
         assert!(env.validate().unwrap_err().0.contains("`A=B`"));
-    }
-
-    #[test]
-    fn http_imports_need_a_grant() {
-        let imports = vec![
-            "wasi:io/streams@0.2.0".to_owned(),
-            "wasi:http/outgoing-handler@0.2.0".to_owned(),
-            "wasi:http/types@0.2.0".to_owned(),
-        ];
-        let none = Capabilities::default();
-        assert_eq!(
-            none.ungranted(&imports),
-            ["wasi:http/outgoing-handler@0.2.0", "wasi:http/types@0.2.0"]
-        );
-        let err = none.check_imports(&imports).unwrap_err().0;
-        assert!(
-            err.contains("`wasi:http/outgoing-handler@0.2.0`") && err.contains("http_hosts"),
-            "{err}"
-        );
-        let granted = Capabilities {
-            http_hosts: vec!["api.example.com".parse().unwrap()].into(),
-            ..Capabilities::default()
-        };
-        assert!(granted.check_imports(&imports).is_ok());
     }
 }

@@ -63,9 +63,6 @@ pub enum LoadError {
     UnsatisfiedImports(Vec<String>),
     Link(String),
     NoActivities(Vec<UnsupportedExport>),
-    /// It imports what the tenant is not granted (`wasi:http` without
-    /// `http_hosts`).
-    NotGranted(String),
     Io(String),
 }
 
@@ -97,7 +94,7 @@ impl fmt::Display for LoadError {
                 }
                 Ok(())
             }
-            LoadError::NotGranted(reason) | LoadError::Io(reason) => write!(f, "{reason}"),
+            LoadError::Io(reason) => write!(f, "{reason}"),
         }
     }
 }
@@ -135,7 +132,8 @@ const BASE_WASI: &[&str] = &[
     "wasi:sockets/udp",
     "wasi:sockets/udp-create-socket",
     "wasi:sockets/ip-name-lookup",
-    // Granted per tenant: see `Capabilities::ungranted`.
+    // Loaded for every tenant; each request is checked against the
+    // tenant's `http_hosts` (none: every request is denied in the guest).
     "wasi:http/outgoing-handler",
     "wasi:http/types",
 ];

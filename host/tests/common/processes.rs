@@ -33,6 +33,17 @@ pub fn start_on_free_ports<T>(mut start: impl FnMut() -> Result<T, String>) -> T
 /// Runs `program args…` under a shell watchdog that kills it when this test
 /// process exits, however it exits.
 pub fn spawn_watched(program: &str, args: &[String], stdout: Stdio, stderr: Stdio) -> Child {
+    spawn_watched_in(None, program, args, stdout, stderr)
+}
+
+/// [`spawn_watched`] in directory `cwd`.
+pub fn spawn_watched_in(
+    cwd: Option<&Path>,
+    program: &str,
+    args: &[String],
+    stdout: Stdio,
+    stderr: Stdio,
+) -> Child {
     let quoted: Vec<String> = std::iter::once(program.to_owned())
         .chain(args.iter().cloned())
         .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
@@ -44,7 +55,11 @@ pub fn spawn_watched(program: &str, args: &[String], stdout: Stdio, stderr: Stdi
         quoted.join(" "),
         std::process::id()
     );
-    Command::new("sh")
+    let mut shell = Command::new("sh");
+    if let Some(cwd) = cwd {
+        shell.current_dir(cwd);
+    }
+    shell
         .arg("-c")
         .arg(script)
         .stdin(Stdio::null())
@@ -231,7 +246,13 @@ impl Corral {
 
     /// Runs `corral <args>` until it says it is ready.
     pub fn start(args: &[String], dir: tempfile::TempDir) -> Corral {
-        let mut child = spawn_watched(
+        Corral::start_in(None, args, dir)
+    }
+
+    /// Runs `corral <args>` in directory `cwd` until it says it is ready.
+    pub fn start_in(cwd: Option<&Path>, args: &[String], dir: tempfile::TempDir) -> Corral {
+        let mut child = spawn_watched_in(
+            cwd,
             env!("CARGO_BIN_EXE_corral"),
             args,
             Stdio::piped(),
