@@ -271,3 +271,27 @@ fn cut_off_uploads(
         (short, broken)
     })
 }
+
+#[test]
+fn with_json_logs_every_line_corral_serve_writes_is_a_json_event() {
+    let host = Host::new(r#"log_format = "json""#);
+    let mut corral = host.serve(["", ""]);
+    host.alpha(&["status", "--json"]);
+    assert_eq!(corral.terminate(Duration::from_secs(20)), Some(0));
+    let stderr = corral.stderr();
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    for needle in [
+        "corral: ready",
+        "admin API on",
+        "SIGTERM, shutting down",
+        "stopped;",
+    ] {
+        assert!(stderr.contains(needle), "no `{needle}` in:\n{stderr}");
+    }
+    for line in lines {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "not a JSON event: {line}"
+        );
+    }
+}

@@ -117,7 +117,7 @@ pub async fn dev(args: Args) -> ExitCode {
         }],
     };
     let shutdown = CancellationToken::new();
-    tokio::spawn(signal_shutdown(shutdown.clone()));
+    tokio::spawn(signal_shutdown(shutdown.clone(), false));
     let serving = run(config, shutdown, |registry| {
         print_commands(registry, &address)
     });

@@ -33,12 +33,28 @@ pub async fn serve(args: Args) -> ExitCode {
             return usage_error(e);
         }
     };
-    init_tracing(SERVER_LOG, config.host.log_json);
+    let json = config.host.log_json;
+    init_tracing(SERVER_LOG, json);
     let shutdown = CancellationToken::new();
-    tokio::spawn(signal_shutdown(shutdown.clone()));
+    tokio::spawn(signal_shutdown(shutdown.clone(), json));
     match run(config, shutdown, |_| {}).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if json => {
+            tracing::error!(target: "corral", "corral: {e:#}");
+            ExitCode::from(2)
+        }
         Err(e) => usage_error(format!("{e:#}")),
+    }
+}
+
+/// A line about the host itself (`corral: ready`, …): plain text on stderr,
+/// or with `log_format = "json"` a log event like every other line, so a
+/// collector reading JSON lines reads them all.
+pub fn announce(json: bool, message: std::fmt::Arguments<'_>) {
+    if json {
+        tracing::info!(target: "corral", "corral: {message}");
+    } else {
+        eprintln!("corral: {message}");
     }
 }
 
@@ -50,6 +66,7 @@ pub async fn run(
     shutdown: CancellationToken,
     ready: impl FnOnce(&Registry),
 ) -> anyhow::Result<()> {
+    let json = config.host.log_json;
     let (store, index) = match &config.host.data_dir {
         Some(dir) => Store::open(dir).map_err(anyhow::Error::msg)?,
         None => (Store::in_memory(), Index::default()),
@@ -142,10 +159,13 @@ pub async fn run(
                 .await?,
             ),
         };
-        eprintln!(
-            "corral: tenant `{name}` serves {}: {}",
-            t.engine.describe(),
-            registry.activity_types(name).join(", ")
+        announce(
+            json,
+            format_args!(
+                "tenant `{name}` serves {}: {}",
+                t.engine.describe(),
+                registry.activity_types(name).join(", ")
+            ),
         );
         connectors.push(connector);
     }
@@ -178,7 +198,7 @@ pub async fn run(
         let (bound, handle) =
             server::admin(address, tls, service, max_message, endpoints.clone()).await?;
         let scheme = if tls.is_some() { "https" } else { "http" };
-        eprintln!("corral: admin API on {scheme}://{bound}");
+        announce(json, format_args!("admin API on {scheme}://{bound}"));
         listeners.push(handle);
     }
     if let Some(address) = config.host.metrics_listen {
@@ -196,13 +216,16 @@ pub async fn run(
             endpoints.clone(),
         )
         .await?;
-        eprintln!("corral: metrics on http://{bound}/metrics");
+        announce(json, format_args!("metrics on http://{bound}/metrics"));
         listeners.push(handle);
     }
     ready(&registry);
-    eprintln!(
-        "corral: ready ({} tenant(s)); Ctrl-C or SIGTERM to stop",
-        connectors.len()
+    announce(
+        json,
+        format_args!(
+            "ready ({} tenant(s)); Ctrl-C or SIGTERM to stop",
+            connectors.len()
+        ),
     );
     let mut serving = tokio::task::JoinSet::new();
     for connector in connectors {
@@ -218,12 +241,15 @@ pub async fn run(
     for listener in listeners {
         let _ = listener.await;
     }
-    eprintln!("corral: stopped; every accepted task was reported");
+    announce(
+        json,
+        format_args!("stopped; every accepted task was reported"),
+    );
     Ok(())
 }
 
 /// SIGINT or SIGTERM starts a graceful shutdown.
-pub async fn signal_shutdown(shutdown: CancellationToken) {
+pub async fn signal_shutdown(shutdown: CancellationToken, json: bool) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -233,8 +259,8 @@ pub async fn signal_shutdown(shutdown: CancellationToken) {
         return;
     };
     tokio::select! {
-        _ = term.recv() => eprintln!("corral: SIGTERM, shutting down"),
-        _ = int.recv() => eprintln!("corral: SIGINT, shutting down"),
+        _ = term.recv() => announce(json, format_args!("SIGTERM, shutting down")),
+        _ = int.recv() => announce(json, format_args!("SIGINT, shutting down")),
     }
     shutdown.cancel();
 }
