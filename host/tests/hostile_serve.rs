@@ -18,6 +18,16 @@ use common::{example, hostile_guest};
 /// How late a deadline may be met on a loaded 2-core machine.
 const SLACK: f64 = 5.0;
 
+/// `corral <args>` against the admin API on `admin` with `token`.
+fn cli(admin: u16, token: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(args)
+        .env("CORRAL_ENDPOINT", format!("http://127.0.0.1:{admin}"))
+        .env("CORRAL_TOKEN", token)
+        .output()
+        .unwrap()
+}
+
 /// Polls `/metrics` until `series` reads `value` (at most a minute).
 fn await_sample(port: u16, series: &str, value: f64) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -94,12 +104,11 @@ aliases = {{ Greet = "demo:greeter/api.greet" }}
         "Greet",
         &[r#"{"name":"Ada","language":"english"}"#, r#""casual""#],
     );
-    let status = Command::new(env!("CARGO_BIN_EXE_corral"))
-        .args(["status", "--tenant", "good", "--json"])
-        .env("CORRAL_ENDPOINT", format!("http://127.0.0.1:{admin}"))
-        .env("CORRAL_TOKEN", &operator.token)
-        .output()
-        .unwrap();
+    let status = cli(
+        admin,
+        &operator.token,
+        &["status", "--tenant", "good", "--json"],
+    );
     assert!(status.status.success(), "{}", text(&status));
     assert_eq!(
         sample(&scrape(metrics), in_flight),
@@ -320,12 +329,11 @@ limits = {{ max_versions = 2, max_stored = "10MiB" }}
         queue = unique("q"),
     ));
     let deploy = |file: &std::path::Path, name: &str| {
-        Command::new(env!("CARGO_BIN_EXE_corral"))
-            .args(["deploy", &path(file), "--name", name, "--json"])
-            .env("CORRAL_ENDPOINT", format!("http://127.0.0.1:{admin}"))
-            .env("CORRAL_TOKEN", &tenant.token)
-            .output()
-            .unwrap()
+        cli(
+            admin,
+            &tenant.token,
+            &["deploy", &path(file), "--name", name, "--json"],
+        )
     };
     let components = data.path().join("components");
     let compiled = data.path().join("compiled");
@@ -353,25 +361,15 @@ limits = {{ max_versions = 2, max_stored = "10MiB" }}
     assert_eq!(files(&compiled).len(), 2, "{:?}", files(&compiled));
 
     // Removing the inactive first version takes its bytes and its code.
-    let removed = Command::new(env!("CARGO_BIN_EXE_corral"))
-        .args(["ls", "--json"])
-        .env("CORRAL_ENDPOINT", format!("http://127.0.0.1:{admin}"))
-        .env("CORRAL_TOKEN", &tenant.token)
-        .output()
-        .unwrap();
-    let listed: serde_json::Value = serde_json::from_slice(&removed.stdout).unwrap();
+    let listed = cli(admin, &tenant.token, &["ls", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     let inactive = listed
         .as_array()
         .and_then(|versions| versions.iter().find(|v| v["active"] == false))
         .and_then(|v| v["digest"].as_str())
         .unwrap_or_else(|| panic!("no inactive version: {listed}"))
         .to_owned();
-    let out = Command::new(env!("CARGO_BIN_EXE_corral"))
-        .args(["rm", &inactive])
-        .env("CORRAL_ENDPOINT", format!("http://127.0.0.1:{admin}"))
-        .env("CORRAL_TOKEN", &tenant.token)
-        .output()
-        .unwrap();
+    let out = cli(admin, &tenant.token, &["rm", &inactive]);
     assert!(out.status.success(), "{}", text(&out));
     let hex = inactive.trim_start_matches("sha256:");
     assert!(!files(&components).iter().any(|f| f.starts_with(hex)));
