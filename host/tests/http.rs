@@ -128,6 +128,11 @@ fn served_tenants_get_their_own_grants() {
     // Temporal and through the admin API's Run.
     let out = host.cli(&host.tokens[0].token, &["deploy", &fetch]);
     assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("outbound HTTP: granted: 127.0.0.1:{port}")),
+        "{}",
+        text(&out)
+    );
     let url = format!(r#""http://127.0.0.1:{port}/via-temporal""#);
     let done = execute_completed(
         &host.server,
@@ -151,8 +156,13 @@ fn served_tenants_get_their_own_grants() {
     // beta is not granted outbound HTTP: the component deploys (language
     // runtimes import wasi:http whether or not they use it), and every
     // request it makes is denied.
-    let out = host.cli(&host.tokens[1].token, &["deploy", &fetch]);
+    let out = host.cli(&host.tokens[1].token, &["deploy", &fetch, "--json"]);
     assert!(out.status.success(), "{}", text(&out));
+    let deployed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        deployed["outbound_http"], "none granted: every request will be denied",
+        "{deployed}"
+    );
     let url = format!(r#""http://127.0.0.1:{port}/from-beta""#);
     let (_, denied) = execute(
         &host.server,
@@ -182,4 +192,22 @@ fn corral_run_without_a_grant_denies_every_request() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     let failure: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(failure["kind"], "Denied", "{said}");
+}
+
+#[test]
+fn inspect_says_what_outbound_http_a_component_may_get() {
+    let inspect = |name: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
+            .args(["inspect", &path(&example(name))])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let fetch = inspect("fetch");
+    assert!(
+        fetch.contains("outbound HTTP: imports wasi:http") && fetch.contains("none by default"),
+        "{fetch}"
+    );
+    assert!(!inspect("greeter").contains("outbound HTTP"));
 }

@@ -217,6 +217,7 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
             component.tenant, component.digest, component.name
         );
         print_activity_types(&component);
+        print_outbound_http(&component);
     }
     ExitCode::SUCCESS
 }
@@ -273,6 +274,7 @@ pub async fn describe(args: DigestArgs) -> ExitCode {
     for u in &c.unsupported {
         println!("  unsupported: {u}");
     }
+    print_outbound_http(&c);
     println!("imports:");
     for import in &c.imports {
         println!("  {import}");
@@ -424,6 +426,12 @@ pub fn token(args: TokenArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+fn print_outbound_http(c: &proto::Component) {
+    if !c.outbound_http.is_empty() {
+        println!("  outbound HTTP: {}", c.outbound_http);
+    }
+}
+
 fn print_activity_types(c: &proto::Component) {
     for a in &c.activity_types {
         println!("  {}{}", a.name, a.signature);
@@ -449,6 +457,7 @@ fn component_json(c: &proto::Component) -> Value {
         "aliases": sorted(&c.aliases),
         "labels": sorted(&c.labels),
         "unsupported": c.unsupported,
+        "outbound_http": c.outbound_http,
     })
 }
 

@@ -51,6 +51,16 @@ pub fn inspect(args: Args) -> ExitCode {
             println!("  {}: {}", u.name, u.reason);
         }
     }
+    if component
+        .imports
+        .iter()
+        .any(|i| i.starts_with("wasi:http/"))
+    {
+        println!(
+            "outbound HTTP: imports wasi:http; requests reach only the hosts a tenant \
+             grants (capabilities.http_hosts; corral run --http-host), none by default"
+        );
+    }
     println!("imports:");
     for import in &component.imports {
         println!("  {import}");

@@ -147,6 +147,7 @@ pub fn to_proto(view: &VersionView) -> proto::Component {
         ),
         None => (Vec::new(), Vec::new(), Vec::new()),
     };
+    let outbound_http = outbound_http(&imports, &view.http_hosts);
     let v = &view.version;
     proto::Component {
         tenant: view.tenant.clone(),
@@ -160,6 +161,20 @@ pub fn to_proto(view: &VersionView) -> proto::Component {
         aliases: v.aliases.clone().into_iter().collect(),
         labels: v.labels.clone().into_iter().collect(),
         unsupported,
+        outbound_http,
+    }
+}
+
+/// What outbound HTTP a component with these imports gets from a tenant
+/// with these grants; empty when it does not import `wasi:http`.
+pub fn outbound_http(imports: &[String], http_hosts: &[String]) -> String {
+    if !imports.iter().any(|i| i.starts_with("wasi:http/")) {
+        return String::new();
+    }
+    if http_hosts.is_empty() {
+        "none granted: every request will be denied".to_owned()
+    } else {
+        format!("granted: {}", http_hosts.join(", "))
     }
 }
 

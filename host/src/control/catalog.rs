@@ -49,6 +49,18 @@ pub struct TenantSpec {
     pub quota: Quota,
 }
 
+impl TenantSpec {
+    /// The tenant's outbound HTTP grants, as configured.
+    fn http_hosts(&self) -> Vec<String> {
+        self.tenant
+            .capabilities
+            .http_hosts
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+}
+
 /// What an upload asks for.
 #[derive(Debug, Clone, Default)]
 pub struct NewVersion {
@@ -67,6 +79,8 @@ pub struct VersionView {
     pub active: bool,
     /// Loaded when it is active or was described; `None` otherwise.
     pub component: Option<Arc<LoadedComponent>>,
+    /// The hosts the tenant may call over outbound HTTP.
+    pub http_hosts: Vec<String>,
 }
 
 struct State {
@@ -334,6 +348,7 @@ impl Catalog {
                 version,
                 active,
                 component: Some(component),
+                http_hosts: spec.http_hosts(),
             },
             already_stored,
         ))
@@ -362,6 +377,7 @@ impl Catalog {
                 version,
                 active: true,
                 component,
+                http_hosts: spec.http_hosts(),
             },
             previous,
         ))
@@ -398,12 +414,13 @@ impl Catalog {
             version,
             active,
             component: None,
+            http_hosts: spec.http_hosts(),
         })
     }
 
     /// Every stored version of a tenant, newest first.
     pub async fn list(&self, tenant: &str) -> Result<Vec<VersionView>, ControlError> {
-        self.spec(tenant)?;
+        let spec = self.spec(tenant)?;
         let state = self.state.lock().await;
         let tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
         let mut views: Vec<VersionView> = tenant_index
@@ -414,6 +431,7 @@ impl Catalog {
                 version: v.clone(),
                 active: tenant_index.is_active(v),
                 component: state.loaded.get(&v.digest).cloned(),
+                http_hosts: spec.http_hosts(),
             })
             .collect();
         views.sort_by_key(|v| std::cmp::Reverse(v.version.uploaded_at_ms));
@@ -422,7 +440,7 @@ impl Catalog {
 
     /// One stored version, loaded so its signatures can be shown.
     pub async fn describe(&self, tenant: &str, digest: &str) -> Result<VersionView, ControlError> {
-        self.spec(tenant)?;
+        let spec = self.spec(tenant)?;
         let mut state = self.state.lock().await;
         let (tenant_index, version) = state.version(tenant, digest)?;
         let component = self.loaded(&mut state, &version.digest).await?;
@@ -431,6 +449,7 @@ impl Catalog {
             active: tenant_index.is_active(&version),
             version,
             component: Some(component),
+            http_hosts: spec.http_hosts(),
         })
     }
 
