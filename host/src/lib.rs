@@ -5,6 +5,7 @@
 // finished task, never on a hot path, so its size does not matter.
 #![allow(clippy::result_large_err)]
 
+mod backoff;
 pub mod config;
 pub mod connectors;
 pub mod control;

@@ -17,6 +17,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
+use crate::backoff::Backoff;
+
 /// The first wait after a failed accept; doubled up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -52,11 +54,11 @@ impl Gate {
     /// The next connection within the cap. Connections over it are closed
     /// as they arrive; accept errors are waited out with backoff.
     pub async fn accept(&self) -> Guarded {
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             match self.listener.accept().await {
                 Ok((stream, peer)) => {
-                    backoff = FIRST_BACKOFF;
+                    backoff.reset();
                     match self.slots.clone().try_acquire_owned() {
                         Ok(permit) => return Guarded::new(stream, permit, self.limits.idle),
                         Err(_) => tracing::warn!(
@@ -68,9 +70,9 @@ impl Gate {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!("{}: accept failed: {e}; retrying in {backoff:?}", self.name);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    let wait = backoff.upcoming();
+                    tracing::warn!("{}: accept failed: {e}; retrying in {wait:?}", self.name);
+                    backoff.wait().await;
                 }
             }
         }

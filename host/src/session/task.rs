@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::liveness::Progress;
 use super::{Args, CancelReason, Connector, InFlight, Report, Session, TaskStart};
+use crate::backoff::Backoff;
 use crate::metrics::COMPLETED;
 use crate::sandbox::{Failure, FailureClass, Outcome, RetryPolicy, Task};
 use crate::sync::lock;
@@ -206,7 +207,7 @@ fn to_report(outcome: Outcome, reason: Option<CancelReason>) -> Report {
 /// elsewhere anyway.
 async fn deliver(connector: &dyn Connector, start: &TaskStart, report: Report, started: Instant) {
     let give_up = start.deadline.map(|d| started + d + REPORT_PATIENCE);
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), MAX_REPORT_BACKOFF);
     loop {
         match connector.report(&start.key, report.clone()).await {
             Ok(()) => return,
@@ -222,9 +223,9 @@ async fn deliver(connector: &dyn Connector, start: &TaskStart, report: Report, s
                     );
                     return;
                 }
-                tracing::warn!("reporting failed, retrying in {backoff:?}: {}", e.message);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_REPORT_BACKOFF);
+                let wait = backoff.upcoming();
+                tracing::warn!("reporting failed, retrying in {wait:?}: {}", e.message);
+                backoff.wait().await;
             }
         }
     }

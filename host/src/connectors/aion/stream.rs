@@ -14,6 +14,7 @@ use tonic::metadata::MetadataValue;
 use super::wire::worker_protocol_client::WorkerProtocolClient;
 use super::wire::{self, server_to_worker::Message as ServerFrame, worker_to_server::Message};
 use super::{Shared, frames};
+use crate::backoff::Backoff;
 use crate::session::{CancelReason, Inbound};
 use crate::sync::lock;
 
@@ -68,17 +69,17 @@ pub(super) async fn register_patiently(
     patience: Duration,
 ) -> anyhow::Result<Connection> {
     let started = std::time::Instant::now();
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
     loop {
         match register(shared).await {
             Ok(connection) => return Ok(connection),
-            Err(Failed::Transport(e)) if started.elapsed() + backoff < patience => {
+            Err(Failed::Transport(e)) if started.elapsed() + backoff.upcoming() < patience => {
                 tracing::warn!(
-                    "cannot reach the Aion server at {} yet, retrying in {backoff:?}: {e}",
-                    shared.binding.address
+                    "cannot reach the Aion server at {} yet, retrying in {:?}: {e}",
+                    shared.binding.address,
+                    backoff.upcoming()
                 );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                backoff.wait().await;
             }
             Err(Failed::Transport(e)) => {
                 return Err(anyhow::anyhow!(e)).with_context(|| {
@@ -215,16 +216,16 @@ pub(super) async fn drive(
                 tracing::warn!(tenant = %shared.tenant, "the Aion stream dropped: {e}");
             }
         }
-        let mut wait = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         connection = loop {
             tokio::select! {
                 () = shared.closing.cancelled() => return,
-                () = tokio::time::sleep(wait) => {}
+                () = backoff.wait() => {}
             }
             match register(&shared).await {
                 Ok(connection) => break connection,
                 Err(failed) => {
-                    wait = (wait * 2).min(MAX_BACKOFF);
+                    let wait = backoff.upcoming();
                     match &failed {
                         Failed::Refused(message) => {
                             tracing::error!(tenant = %shared.tenant, "{message}")

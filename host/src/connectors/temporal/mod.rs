@@ -26,6 +26,7 @@ use temporalio_sdk_core::{
     init_worker,
 };
 
+use crate::backoff::Backoff;
 use crate::config::{Compression, TemporalBinding};
 use crate::sandbox::TaskInfo;
 use crate::session::{
@@ -169,7 +170,7 @@ async fn connect_with_retry(
     patience: Duration,
 ) -> anyhow::Result<Connection> {
     let started = std::time::Instant::now();
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         let options = ConnectionOptions::new(url.clone())
             .identity(super::identity())
@@ -181,10 +182,10 @@ async fn connect_with_retry(
             .build();
         match Connection::connect(options).await {
             Ok(connection) => return Ok(connection),
-            Err(e) if started.elapsed() + backoff < patience => {
-                tracing::warn!("cannot reach {url} yet, retrying in {backoff:?}: {e}");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+            Err(e) if started.elapsed() + backoff.upcoming() < patience => {
+                let wait = backoff.upcoming();
+                tracing::warn!("cannot reach {url} yet, retrying in {wait:?}: {e}");
+                backoff.wait().await;
             }
             Err(e) => return Err(anyhow::Error::new(e)),
         }
@@ -268,20 +269,20 @@ impl Connector for TemporalConnector {
     /// Polls sdk-core in the session loop's own task (which never drops a
     /// poll midway: a task taken from the server would be lost).
     async fn next(&self) -> Option<Inbound> {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         loop {
             match self.worker.poll_activity_task().await {
                 Ok(task) => {
-                    backoff = Duration::from_millis(100);
+                    backoff.reset();
                     if let Some(inbound) = inbound(task, &self.tenant) {
                         return Some(inbound);
                     }
                 }
                 Err(PollError::ShutDown) => return None,
                 Err(e) => {
-                    tracing::warn!(tenant = %self.tenant, "polling Temporal failed, retrying in {backoff:?}: {e}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    let wait = backoff.upcoming();
+                    tracing::warn!(tenant = %self.tenant, "polling Temporal failed, retrying in {wait:?}: {e}");
+                    backoff.wait().await;
                 }
             }
         }
