@@ -213,7 +213,7 @@ impl Sandbox {
             heartbeats: 0,
             max_details: limits.max_output,
             labels,
-            watchdog: Watchdog::new(started, timeout, task.cancel.clone(), limits.cancel_grace),
+            watchdog: Watchdog::new(started, timeout, limits.cancel_grace),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
@@ -228,7 +228,9 @@ impl Sandbox {
             if !matches!(hook, CallHook::CallingHost) {
                 return Ok(());
             }
-            match store.data_mut().watchdog.on_host_call(Instant::now()) {
+            let state = store.data_mut();
+            let cancelled = state.cancel.is_cancelled();
+            match state.watchdog.on_host_call(Instant::now(), cancelled) {
                 Verdict::Continue => Ok(()),
                 Verdict::Yield => {
                     store.set_epoch_deadline(0);

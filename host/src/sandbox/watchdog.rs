@@ -21,8 +21,6 @@
 
 use std::time::{Duration, Instant};
 
-use tokio_util::sync::CancellationToken;
-
 /// How long a guest may run inside host calls before it is made to yield to
 /// the runtime: about what the fuel interval gives a busy wasm loop.
 pub(crate) const TIME_SLICE: Duration = Duration::from_millis(1);
@@ -50,7 +48,6 @@ pub(crate) enum Verdict {
 pub(crate) struct Watchdog {
     /// When the deadline passes, and the limit it came from.
     deadline: Option<(Instant, Duration)>,
-    cancel: CancellationToken,
     grace: Duration,
     /// When a host call first saw the cancel.
     cancel_seen: Option<Instant>,
@@ -63,15 +60,9 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn new(
-        started: Instant,
-        timeout: Option<Duration>,
-        cancel: CancellationToken,
-        grace: Duration,
-    ) -> Self {
+    pub(crate) fn new(started: Instant, timeout: Option<Duration>, grace: Duration) -> Self {
         Watchdog {
             deadline: timeout.map(|t| (started + t, t)),
-            cancel,
             grace,
             cancel_seen: None,
             next_yield: started + TIME_SLICE,
@@ -79,8 +70,9 @@ impl Watchdog {
         }
     }
 
-    /// Checks the task at a call from the guest into the host, at `now`.
-    pub(crate) fn on_host_call(&mut self, now: Instant) -> Verdict {
+    /// Checks the task at a call from the guest into the host, at `now`,
+    /// with the task `cancelled` or not.
+    pub(crate) fn on_host_call(&mut self, now: Instant, cancelled: bool) -> Verdict {
         if let Some(interrupt) = self.fired {
             return Verdict::Stop(interrupt);
         }
@@ -89,7 +81,7 @@ impl Watchdog {
         {
             return self.stop(Interrupt::Deadline(limit));
         }
-        if self.cancel.is_cancelled() {
+        if cancelled {
             let seen = *self.cancel_seen.get_or_insert(now);
             if now >= seen + self.grace {
                 return self.stop(Interrupt::Cancel(self.grace));
@@ -115,36 +107,29 @@ mod tests {
     #[test]
     fn a_deadline_stops_the_guest_at_the_first_host_call_past_it() {
         let start = Instant::now();
-        let mut dog = Watchdog::new(
-            start,
-            Some(Duration::from_secs(3)),
-            CancellationToken::new(),
-            Duration::from_secs(1),
-        );
-        assert_eq!(dog.on_host_call(start), Verdict::Continue);
+        let mut dog = Watchdog::new(start, Some(Duration::from_secs(3)), Duration::from_secs(1));
+        assert_eq!(dog.on_host_call(start, false), Verdict::Continue);
         let late = start + Duration::from_secs(3);
         let stop = Verdict::Stop(Interrupt::Deadline(Duration::from_secs(3)));
-        assert_eq!(dog.on_host_call(late), stop);
+        assert_eq!(dog.on_host_call(late, false), stop);
         // And every host call after it, as the trap unwinds.
-        assert_eq!(dog.on_host_call(start), stop);
+        assert_eq!(dog.on_host_call(start, false), stop);
         assert_eq!(dog.fired, Some(Interrupt::Deadline(Duration::from_secs(3))));
     }
 
     #[test]
     fn a_cancel_stops_the_guest_once_its_grace_has_run_out() {
         let start = Instant::now();
-        let cancel = CancellationToken::new();
         let grace = Duration::from_millis(500);
-        let mut dog = Watchdog::new(start, None, cancel.clone(), grace);
-        cancel.cancel();
+        let mut dog = Watchdog::new(start, None, grace);
         let seen = start + Duration::from_millis(10);
-        assert_eq!(dog.on_host_call(seen), Verdict::Yield);
+        assert_eq!(dog.on_host_call(seen, true), Verdict::Yield);
         assert_eq!(
-            dog.on_host_call(seen + Duration::from_millis(499)),
+            dog.on_host_call(seen + Duration::from_millis(499), true),
             Verdict::Yield
         );
         assert_eq!(
-            dog.on_host_call(seen + grace),
+            dog.on_host_call(seen + grace, true),
             Verdict::Stop(Interrupt::Cancel(grace))
         );
     }
@@ -152,11 +137,11 @@ mod tests {
     #[test]
     fn a_guest_in_host_calls_yields_once_per_time_slice() {
         let start = Instant::now();
-        let mut dog = Watchdog::new(start, None, CancellationToken::new(), Duration::ZERO);
-        assert_eq!(dog.on_host_call(start), Verdict::Continue);
+        let mut dog = Watchdog::new(start, None, Duration::ZERO);
+        assert_eq!(dog.on_host_call(start, false), Verdict::Continue);
         let slice = start + TIME_SLICE;
-        assert_eq!(dog.on_host_call(slice), Verdict::Yield);
-        assert_eq!(dog.on_host_call(slice), Verdict::Continue);
-        assert_eq!(dog.on_host_call(slice + TIME_SLICE), Verdict::Yield);
+        assert_eq!(dog.on_host_call(slice, false), Verdict::Yield);
+        assert_eq!(dog.on_host_call(slice, false), Verdict::Continue);
+        assert_eq!(dog.on_host_call(slice + TIME_SLICE, false), Verdict::Yield);
     }
 }
