@@ -13,6 +13,7 @@ use corral::sandbox::{DirMode, FailureClass, LoadError};
 use corral::testing::{TestComponent, TestHost};
 use serde_json::json;
 
+use common::processes::open_fds;
 use common::{host, hostile_guest, load};
 
 /// How late a deadline or a cancel may be met on a loaded 2-core machine.
@@ -290,7 +291,7 @@ fn handles_are_capped_per_task_and_released_with_it() {
             .dir(dir.path(), "/data", DirMode::ReadOnly)
             .build()
             .unwrap();
-        let before = open_fds();
+        let before = open_fds("self");
         let run = hostile(&host)
             .call("demo:hostile/api.hold-files")
             .args([json!("/data/f"), json!(5000)])
@@ -302,17 +303,13 @@ fn handles_are_capped_per_task_and_released_with_it() {
             "{failure}"
         );
         assert_eq!(failure.details.as_ref().unwrap()["limit"], "max_handles");
-        let after = open_fds();
+        let after = open_fds("self");
         assert!(
             after < before + 64,
             "{before} descriptors before the task, {after} after"
         );
         assert_healthy(&host).await;
     });
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count())
 }
 
 #[test]

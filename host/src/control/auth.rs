@@ -7,6 +7,16 @@ use sha2::{Digest, Sha256};
 use tonic::Status;
 use tonic::metadata::MetadataMap;
 
+/// The hex SHA-256 of the token in an `authorization` header value
+/// (`Bearer <token>`), the form in which the host keeps tokens; `None` when
+/// the value is not a bearer token.
+pub fn bearer_sha256(value: &str) -> Option<String> {
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))?;
+    Some(hex::encode(Sha256::digest(token.trim().as_bytes())))
+}
+
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
@@ -54,15 +64,11 @@ impl Auth {
         let value = value
             .to_str()
             .map_err(|_| Status::unauthenticated("the authorization header is not text"))?;
-        let Some(token) = value
-            .strip_prefix("Bearer ")
-            .or_else(|| value.strip_prefix("bearer "))
-        else {
+        let Some(hash) = bearer_sha256(value) else {
             return Err(Status::unauthenticated(
                 "the authorization header must be `Bearer <token>`",
             ));
         };
-        let hash = hex::encode(Sha256::digest(token.trim().as_bytes()));
         self.tokens
             .get(&hash)
             .cloned()

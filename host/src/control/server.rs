@@ -13,10 +13,10 @@ use hyper::{Method, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use sha2::{Digest, Sha256};
 use tonic::service::interceptor::InterceptedService;
 
 use super::api::AdminService;
+use super::auth::bearer_sha256;
 use super::gate::{Gate, GateLimits};
 use super::proto::admin_server::AdminServer;
 use crate::metrics::{Gauges, Metrics};
@@ -208,15 +208,12 @@ fn bearer_matches<B>(request: &hyper::Request<B>, expected: Option<&str>) -> boo
     let Some(expected) = expected else {
         return true;
     };
-    let token = request
+    request
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        });
-    token.is_some_and(|t| hex::encode(Sha256::digest(t.trim().as_bytes())) == expected)
+        .and_then(bearer_sha256)
+        .is_some_and(|hash| hash == expected)
 }
 
 fn gauges(permits: &Permits, tenants: &[String]) -> Gauges {

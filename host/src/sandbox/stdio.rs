@@ -96,13 +96,15 @@ impl Capture {
     /// cost; otherwise drops it (with its `terminator` bytes) and closes the
     /// budget, so output after a dropped line is dropped too.
     fn end_line(&mut self, stream: Stream, terminator: usize) {
-        let line = std::mem::take(&mut self.lines[stream as usize]);
-        if self.admit(line.len()) {
-            self.emit(stream, &String::from_utf8_lossy(&line));
+        let index = stream as usize;
+        if self.admit(self.lines[index].len()) {
+            self.emit(stream, &String::from_utf8_lossy(&self.lines[index]));
         } else {
             self.budget = 0;
             self.dropped += terminator as u64;
         }
+        // Cleared, not replaced: the buffer serves the stream's next line.
+        self.lines[index].clear();
     }
 
     fn emit(&self, stream: Stream, line: &str) {

@@ -315,9 +315,7 @@ impl Corral {
 
     /// How many file descriptors corral holds open.
     pub fn open_fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
-            .map(|dir| dir.count())
-            .unwrap_or_else(|e| panic!("corral's descriptors: {e}"))
+        open_fds(&self.pid().to_string())
     }
 
     /// Sends SIGTERM to corral (through its watchdog) and waits for it.
@@ -331,6 +329,13 @@ impl Drop for Corral {
     fn drop(&mut self) {
         stop(&mut self.child, Duration::from_secs(15));
     }
+}
+
+/// How many file descriptors process `pid` (or `self`) holds open.
+pub fn open_fds(pid: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| dir.count())
+        .unwrap_or_else(|e| panic!("the descriptors of process {pid}: {e}"))
 }
 
 /// `GET /metrics` from a corral on `port`.
