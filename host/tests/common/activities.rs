@@ -78,7 +78,18 @@ pub fn execute(
     args.extend(activity_args(&id, queue, ty, inputs, extra));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = server.cli(&args);
+    if busy(&out) {
+        // Started, but the server turned the wait for its result away.
+        return (id.clone(), outcome(server, &id));
+    }
     (id, json_of(&out))
+}
+
+/// The server turned a long poll away as busy ("Workflow is busy", a
+/// transient resource-exhausted answer from a loaded dev server). Any
+/// client asks again; the activity itself is unaffected.
+fn busy(output: &Output) -> bool {
+    !output.status.success() && String::from_utf8_lossy(&output.stderr).contains("is busy")
 }
 
 /// [`execute`], asserting that the activity completed (quoting corral's
@@ -119,8 +130,17 @@ pub fn describe(server: &TemporalServer, id: &str) -> Value {
 }
 
 /// Waits for the activity's outcome (`temporal activity result`).
+/// Asks again, a bounded number of times, when the server is [`busy`].
 pub fn outcome(server: &TemporalServer, id: &str) -> Value {
-    json_of(&server.cli(&["activity", "result", "--activity-id", id, "-o", "json"]))
+    let ask = || server.cli(&["activity", "result", "--activity-id", id, "-o", "json"]);
+    let mut out = ask();
+    for _ in 0..20 {
+        if !busy(&out) {
+            break;
+        }
+        out = ask();
+    }
+    json_of(&out)
 }
 
 /// Polls `describe` until `done` holds, for at most `patience`.
