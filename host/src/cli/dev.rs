@@ -12,7 +12,7 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use corral::config::{Compression, Config, Engine, HostConfig, TemporalBinding, TenantConfig};
-use corral::connectors::temporal::{dev_server_args, free_loopback_port};
+use corral::dev_server::{dev_server_args, free_loopback_port};
 use corral::sandbox::{Limits, Tenant, convert};
 use corral::session::Registry;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 /// A free TCP port on 127.0.0.1 (free when asked; the OS may reuse it later,
 /// which is unlikely within a test).
 pub fn free_port() -> u16 {
-    corral::connectors::temporal::free_loopback_port().expect("bind 127.0.0.1:0")
+    corral::dev_server::free_loopback_port().expect("bind 127.0.0.1:0")
 }
 
 /// Starts a server on fresh free ports, up to three times: a port free when
@@ -125,8 +125,7 @@ impl TemporalServer {
             std::process::id(),
             STARTS.fetch_add(1, Ordering::Relaxed)
         );
-        let mut args =
-            corral::connectors::temporal::dev_server_args(port, Some(db)).expect("free ports");
+        let mut args = corral::dev_server::dev_server_args(port, Some(db)).expect("free ports");
         args.extend(["--namespace".to_owned(), mark.clone()]);
         let log = db.with_extension(format!("{port}.log"));
         let stderr = std::fs::File::create(&log).map_or(Stdio::null(), Stdio::from);
