@@ -31,9 +31,11 @@ enum Command {
     /// List a component's activity types with their WIT signatures, and its
     /// imports.
     Inspect(inspect::Args),
-    /// Run one activity of a component in the sandbox, with JSON arguments.
+    /// Run one activity of a component in the sandbox, with JSON arguments,
+    /// through the same session loop as `serve`.
     Run(run::Args),
-    /// Serve the configured tenants' activities to Temporal until SIGINT/SIGTERM.
+    /// Serve the configured tenants' activities to Temporal or Aion until
+    /// SIGINT/SIGTERM.
     Serve(serve::Args),
     /// Start a Temporal dev server and serve components on it, printing
     /// ready-to-paste `temporal activity execute` lines. Ctrl-C stops both.
