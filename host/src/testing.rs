@@ -1,8 +1,9 @@
-//! The host test harness: the same sandbox, limits and failure
-//! classification as production, with no engine. Activity authors (and
-//! corral's own tests) load a component, run activities with JSON arguments,
-//! inject cancellation or deadlines, and read back the outcome, heartbeats,
-//! log lines and output.
+//! The host test harness: the same sandbox, limits, failure classification
+//! and session loop as production (routing with aliases and named
+//! arguments, type and host limits, `info()`, cancellation), with an
+//! in-process engine. Activity authors (and corral's own tests) load a
+//! component, run activities with JSON arguments, inject cancellation or
+//! deadlines, and read back the outcome, heartbeats, log lines and output.
 //!
 //! ```no_run
 //! use corral::sandbox::FailureClass;
@@ -28,7 +29,8 @@
 //!     .await;
 //! assert_eq!(run.expect_ok()["message"], "Hi, Ada!");
 //!
-//! // Cancel a long activity at its third heartbeat.
+//! // Cancel a long activity at its third heartbeat: the guest sees the
+//! // cancel when that heartbeat returns, and stops there.
 //! let progress = host.load_file("examples/dist/progress.wasm")?;
 //! let run = progress
 //!     .call("demo:progress/api.count-to")
@@ -36,23 +38,26 @@
 //!     .cancel_at_heartbeat(3)
 //!     .run()
 //!     .await;
-//! assert_eq!(run.expect_failure(FailureClass::Cancelled).class, FailureClass::Cancelled);
+//! run.expect_failure(FailureClass::Cancelled);
 //! assert_eq!(run.heartbeats.len(), 3);
 //! # Ok(())
 //! # }
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::connectors::local::{Canceller, LocalLoop, Submission};
+use crate::metrics::Metrics;
 use crate::sandbox::{
     ActivityType, DirGrant, DirMode, Failure, FailureClass, LoadError, LoadedComponent, LogLevel,
-    Outcome, Sandbox, SandboxConfig, Stream, Task, TaskInfo, TaskObserver, Tenant,
+    Outcome, Sandbox, SandboxConfig, Stream, TaskInfo, TaskObserver, Tenant,
 };
+use crate::session::{Args, Permits, Registry, Session};
 
 /// Builds a [`TestHost`]. Defaults are the production defaults of
 /// [`Limits`](crate::sandbox::Limits) and [`SandboxConfig`] with a small
@@ -60,6 +65,9 @@ use crate::sandbox::{
 pub struct TestHostBuilder {
     config: SandboxConfig,
     tenant: Tenant,
+    aliases: Vec<(String, String)>,
+    type_limits: Vec<(String, usize)>,
+    max_concurrent: Option<usize>,
 }
 
 impl TestHostBuilder {
@@ -169,6 +177,29 @@ impl TestHostBuilder {
         self
     }
 
+    /// Serves `target` (a full WIT name) under `alias` too, as a tenant's
+    /// `aliases` do, in each loaded component that exports `target` (and
+    /// no activity type named `alias`).
+    pub fn alias(mut self, alias: &str, target: &str) -> Self {
+        self.aliases.push((alias.to_owned(), target.to_owned()));
+        self
+    }
+
+    /// Runs at most `limit` tasks of `activity_type` (an alias or a full
+    /// name) at once; the others wait, as a tenant's `[tenants.types]` do.
+    pub fn type_limit(mut self, activity_type: &str, limit: usize) -> Self {
+        self.type_limits
+            .push((activity_type.to_owned(), limit.max(1)));
+        self
+    }
+
+    /// Runs at most `limit` tasks at once (host slots; by default the pool
+    /// size).
+    pub fn max_concurrent(mut self, limit: usize) -> Self {
+        self.max_concurrent = Some(limit.max(1));
+        self
+    }
+
     /// Caches compiled components in `dir`.
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.config.cache_dir = Some(dir.into());
@@ -177,11 +208,17 @@ impl TestHostBuilder {
 
     /// Builds the host, validating the tenant's policy.
     pub fn build(self) -> anyhow::Result<TestHost> {
+        let max_concurrent = self
+            .max_concurrent
+            .unwrap_or(self.config.max_instances as usize);
         let sandbox = Sandbox::new(self.config)?;
         sandbox.check_tenant(&self.tenant)?;
         Ok(TestHost {
             sandbox,
-            tenant: Arc::new(self.tenant),
+            tenant: self.tenant,
+            aliases: self.aliases,
+            type_limits: self.type_limits,
+            max_concurrent,
         })
     }
 }
@@ -189,7 +226,10 @@ impl TestHostBuilder {
 /// A sandbox and one tenant, for tests.
 pub struct TestHost {
     sandbox: Arc<Sandbox>,
-    tenant: Arc<Tenant>,
+    tenant: Tenant,
+    aliases: Vec<(String, String)>,
+    type_limits: Vec<(String, usize)>,
+    max_concurrent: usize,
 }
 
 impl TestHost {
@@ -203,6 +243,9 @@ impl TestHost {
                 name: "test".to_owned(),
                 ..Tenant::default()
             },
+            aliases: Vec::new(),
+            type_limits: Vec::new(),
+            max_concurrent: None,
         }
     }
 
@@ -218,10 +261,41 @@ impl TestHost {
         self.wrap(component)
     }
 
+    /// Each component is served by a session of its own, as the tenant's
+    /// only component.
     fn wrap(&self, component: Arc<LoadedComponent>) -> Result<TestComponent, LoadError> {
+        // An alias applies where its target is exported, and never hides
+        // an activity type of the same name: so routing cannot fail.
+        let exported = |name: &String| component.activity(name).is_some();
+        let aliases: Vec<(String, String)> = self
+            .aliases
+            .iter()
+            .filter(|(alias, target)| exported(target) && !exported(alias))
+            .cloned()
+            .collect();
+        let registry = Arc::new(Registry::default());
+        let table = Registry::prepare(
+            self.tenant.clone(),
+            std::slice::from_ref(&component),
+            &aliases,
+        )
+        .map_err(LoadError::Invalid)?;
+        registry.install(table);
+        let name = self.tenant.name.clone();
+        let permits = Permits::new(self.max_concurrent, [(name.clone(), self.max_concurrent)])
+            .with_type_limits(&name, self.type_limits.clone());
+        let session = Session::new(
+            self.sandbox.clone(),
+            registry,
+            Arc::new(Metrics::default()),
+            permits,
+        );
         Ok(TestComponent {
-            sandbox: self.sandbox.clone(),
-            tenant: self.tenant.clone(),
+            served: Arc::new(Served {
+                session,
+                running: OnceLock::new(),
+            }),
+            tenant: name,
             component,
         })
     }
@@ -235,9 +309,23 @@ impl TestHost {
 /// A loaded component, cheap to clone (e.g. into spawned tasks).
 #[derive(Clone)]
 pub struct TestComponent {
-    sandbox: Arc<Sandbox>,
-    tenant: Arc<Tenant>,
+    served: Arc<Served>,
+    tenant: String,
     component: Arc<LoadedComponent>,
+}
+
+/// A component's session; its loop starts at the first call (inside the
+/// caller's runtime) and stops when the last clone is dropped.
+struct Served {
+    session: Arc<Session>,
+    running: OnceLock<LocalLoop>,
+}
+
+impl Served {
+    fn running(&self) -> &LocalLoop {
+        self.running
+            .get_or_init(|| LocalLoop::start(self.session.clone()))
+    }
 }
 
 impl TestComponent {
@@ -258,8 +346,9 @@ impl TestComponent {
             component: self.clone(),
             activity_type: activity_type.to_owned(),
             args: Vec::new(),
+            named: None,
             info: TaskInfo {
-                tenant: self.tenant.name.clone(),
+                tenant: self.tenant.clone(),
                 activity_id: "test-activity".to_owned(),
                 attempt: 1,
                 ..TaskInfo::default()
@@ -277,6 +366,7 @@ pub struct Call {
     component: TestComponent,
     activity_type: String,
     args: Vec<Value>,
+    named: Option<Map<String, Value>>,
     info: TaskInfo,
     deadline: Option<Duration>,
     cancel_after: Option<Duration>,
@@ -294,6 +384,13 @@ impl Call {
     /// Appends several parameters.
     pub fn args(mut self, values: impl IntoIterator<Item = Value>) -> Self {
         self.args.extend(values);
+        self
+    }
+
+    /// All arguments at once, by parameter name (as Aion delivers them):
+    /// a missing `option` parameter is `none`. Replaces positional ones.
+    pub fn named(mut self, args: Map<String, Value>) -> Self {
+        self.named = Some(args);
         self
     }
 
@@ -342,31 +439,61 @@ impl Call {
 
     /// Runs the call to its outcome.
     pub async fn run(self) -> TestRun {
+        let running = self.component.served.running();
+        let ticket = running.local().ticket();
         let recorder = Arc::new(Recorder {
             seen: Mutex::new(Seen::default()),
-            cancel_at: self.cancel_at_heartbeat.map(|n| (n, self.cancel.clone())),
+            cancel_at: self.cancel_at_heartbeat.map(|n| (n, ticket.clone())),
         });
-        if let Some(delay) = self.cancel_after {
-            let token = self.cancel.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                token.cancel();
-            });
-        }
-        let task = Task {
-            activity_type: self.activity_type,
-            args: self.args,
-            info: self.info,
-            deadline: self.deadline,
-            cancel: self.cancel,
-            observer: recorder.clone(),
+        let args = match self.named {
+            Some(named) => Args::Named(named),
+            None => Args::Positional(self.args),
         };
         let started = Instant::now();
-        let c = &self.component;
-        let outcome = c.sandbox.execute(&c.component, &c.tenant, task).await;
-        let elapsed = started.elapsed();
+        let submitted = running.local().submit_as(
+            ticket,
+            Submission {
+                tenant: self.component.tenant.clone(),
+                activity_type: self.activity_type,
+                args,
+                info: self.info,
+                deadline: self.deadline,
+                observer: Some(recorder.clone()),
+            },
+        );
+        let outcome = match submitted {
+            Ok(pending) => {
+                let canceller = pending.canceller();
+                let token = self.cancel.clone();
+                let cancel_after = self.cancel_after;
+                let watch = tokio::spawn(async move {
+                    match cancel_after {
+                        Some(delay) => {
+                            tokio::select! {
+                                () = token.cancelled() => {}
+                                () = tokio::time::sleep(delay) => {}
+                            }
+                        }
+                        None => token.cancelled().await,
+                    }
+                    canceller.cancel();
+                });
+                let outcome = pending.outcome().await;
+                watch.abort();
+                outcome
+            }
+            Err(stopped) => Err(Failure::new(
+                FailureClass::Host,
+                &crate::sandbox::RetryPolicy::default(),
+                stopped.to_string(),
+            )),
+        };
+        let finished = Instant::now();
+        let elapsed = finished - started;
         let seen = std::mem::take(&mut *crate::sync::lock(&recorder.seen));
         TestRun {
+            active: seen.instantiated.map(|at| (at, seen.last.unwrap_or(at))),
+            finished,
             outcome,
             heartbeats: seen.heartbeats,
             logs: seen.logs,
@@ -396,6 +523,11 @@ pub struct TestRun {
     pub output: Vec<(Stream, String)>,
     /// Bytes of output and logs dropped over the budget.
     pub dropped_output: u64,
+    /// From the task's instance existing (the guest began to run) to the
+    /// guest's last heartbeat, log line or output, if it got that far.
+    pub active: Option<(Instant, Instant)>,
+    /// When the outcome reached the caller.
+    pub finished: Instant,
     pub elapsed: Duration,
 }
 
@@ -436,26 +568,31 @@ struct Seen {
     logs: Vec<LogLine>,
     output: Vec<(Stream, String)>,
     dropped: u64,
+    instantiated: Option<Instant>,
+    /// The guest's latest heartbeat, log line or output.
+    last: Option<Instant>,
 }
 
 struct Recorder {
     seen: Mutex<Seen>,
-    cancel_at: Option<(u32, CancellationToken)>,
+    cancel_at: Option<(u32, Canceller)>,
 }
 
 impl Recorder {
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
-        crate::sync::lock(&self.seen)
+        let mut seen = crate::sync::lock(&self.seen);
+        seen.last = Some(Instant::now());
+        seen
     }
 }
 
 impl TaskObserver for Recorder {
     fn heartbeat(&self, count: u32, details: Option<&Value>) {
         self.seen().heartbeats.push(details.cloned());
-        if let Some((n, token)) = &self.cancel_at
+        if let Some((n, canceller)) = &self.cancel_at
             && count >= *n
         {
-            token.cancel();
+            canceller.cancel();
         }
     }
 
@@ -472,5 +609,10 @@ impl TaskObserver for Recorder {
 
     fn output_dropped(&self, bytes: u64) {
         self.seen().dropped += bytes;
+    }
+
+    fn instantiated(&self, _took: Duration) {
+        let mut seen = self.seen();
+        seen.instantiated = seen.last;
     }
 }

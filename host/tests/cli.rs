@@ -191,7 +191,7 @@ fn usage_and_load_errors_exit_two_with_the_reason() {
         ),
         (
             &["run", g, "demo:greeter/api.nope"],
-            "has no activity type `demo:greeter/api.nope`",
+            "serves no activity type `demo:greeter/api.nope`",
         ),
         (&["run", "/no/such.wasm", "x"], "reading `/no/such.wasm`"),
         (

@@ -243,3 +243,69 @@ async fn a_python_component_runs_through_the_same_host() {
     let f = run.expect_failure(FailureClass::InvalidInput);
     assert_eq!(f.message, "parameter `times`: $: expected u32, got -1");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn aliases_and_named_arguments_are_routed_as_an_engine_delivers_them() {
+    let host = host()
+        .alias("Greet", "demo:greeter/api.greet")
+        .build()
+        .unwrap();
+    let greeter = load(&host, "greeter");
+    let named = |extra: Option<(&str, serde_json::Value)>| {
+        let mut args = serde_json::Map::new();
+        args.insert("tone".into(), json!("formal"));
+        args.insert("who".into(), json!({"name": "Ada", "language": "english"}));
+        if let Some((name, value)) = extra {
+            args.insert(name.into(), value);
+        }
+        args
+    };
+    let run = greeter.call("Greet").named(named(None)).run().await;
+    assert_eq!(run.expect_ok()["message"], "Good day, Ada!");
+
+    let run = greeter
+        .call("Greet")
+        .named(named(Some(("mood", json!(1)))))
+        .run()
+        .await;
+    let failure = run.expect_failure(FailureClass::InvalidInput);
+    assert!(
+        failure
+            .message
+            .contains("unknown argument `mood` (expected `who`, `tone`)"),
+        "{failure}"
+    );
+
+    let run = greeter.call("Shout").run().await;
+    let failure = run.expect_failure(FailureClass::UnknownActivity);
+    assert!(
+        failure.message.contains(
+            "tenant `test` serves no activity type `Shout` (it serves: Greet, \
+             demo:greeter/api.greet, demo:greeter/api.greet-all)"
+        ),
+        "{failure}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_type_limit_of_one_runs_its_tasks_one_after_the_other() {
+    let host = host()
+        .alias("Count", "demo:progress/api.count-to")
+        .type_limit("Count", 1)
+        .build()
+        .unwrap();
+    let progress = load(&host, "progress");
+    let count = |name: &'static str| progress.call(name).args([json!(5), json!(40)]).run();
+    // By alias and by full name: one limit, as under `corral serve`.
+    let (a, b) = tokio::join!(count("Count"), count("demo:progress/api.count-to"));
+    assert_eq!(a.expect_ok(), &json!(5));
+    assert_eq!(b.expect_ok(), &json!(5));
+    let (Some(a), Some(b)) = (a.active, b.active) else {
+        panic!("both guests ran");
+    };
+    // One guest's instance exists only after the other's last heartbeat.
+    assert!(
+        a.1 <= b.0 || b.1 <= a.0,
+        "the two tasks ran at once: {a:?} and {b:?}"
+    );
+}

@@ -350,7 +350,10 @@ async fn an_unknown_activity_type_is_retryable_and_lists_what_exists() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_exhausted_instance_pool_is_a_retryable_host_failure() {
-    let host = host().max_instances(1).build().unwrap();
+    // Two host slots on a pool of one instance: the second task is admitted
+    // and finds no instance (as when a host's pool is smaller than its
+    // slots), rather than waiting for a slot.
+    let host = host().max_instances(1).max_concurrent(2).build().unwrap();
     let m = misbehave(&host);
     let sleeper = tokio::spawn({
         let m = m.clone();

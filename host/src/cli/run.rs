@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use corral::connectors::local::{LocalLoop, Submission};
+use corral::metrics::Metrics;
 use corral::sandbox::{
-    Capabilities, DirGrant, HttpHost, LogLevel, Sandbox, Stream, Task, TaskInfo, TaskObserver,
-    Tenant, parse_bytes, parse_duration,
+    Capabilities, DirGrant, FailureClass, HttpHost, LogLevel, Sandbox, Stream, TaskInfo,
+    TaskObserver, Tenant, parse_bytes, parse_duration,
 };
+use corral::session::{Permits, Registry, Session};
 
 use super::{CacheArgs, usage_error};
 
@@ -59,6 +62,9 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
     }
 }
 
+/// The tenant a local run belongs to (the guest's `info().tenant`).
+const TENANT: &str = "local";
+
 /// Heartbeats, guest logs and output go to stderr as they happen.
 struct Stderr;
 
@@ -97,7 +103,7 @@ pub async fn run(args: Args) -> ExitCode {
         }
     }
     let mut tenant = Tenant {
-        name: "local".to_owned(),
+        name: TENANT.to_owned(),
         capabilities: Capabilities {
             dirs: args.dirs,
             env: args.env,
@@ -122,38 +128,46 @@ pub async fn run(args: Args) -> ExitCode {
         Ok(component) => component,
         Err(e) => return usage_error(format!("cannot load `{}`: {e}", args.file.display())),
     };
-    if component.activity(&args.activity_type).is_none() {
-        let known: Vec<&str> = component
-            .activities
-            .iter()
-            .map(|a| a.name.as_str())
-            .collect();
-        return usage_error(format!(
-            "`{}` has no activity type `{}`; it has: {}",
-            args.file.display(),
-            args.activity_type,
-            known.join(", ")
-        ));
+    // The session loop, as under `corral serve`, with this process as the
+    // engine: one tenant, one component, one task at a time.
+    let registry = Arc::new(Registry::default());
+    if let Err(e) = registry.set_tenant(tenant, &[component], &[]) {
+        return usage_error(e);
     }
-    let mut task = Task::new(args.activity_type, json_args);
-    task.info = TaskInfo {
-        tenant: tenant.name.clone(),
-        activity_id: "cli".to_owned(),
-        attempt: args.attempt,
-        ..TaskInfo::default()
+    let permits = Permits::new(1, [(TENANT.to_owned(), 1)]);
+    let session = Session::new(sandbox, registry, Arc::new(Metrics::default()), permits);
+    let running = LocalLoop::start(session);
+    let submitted = running.local().submit(Submission {
+        tenant: TENANT.to_owned(),
+        activity_type: args.activity_type,
+        args: corral::session::Args::Positional(json_args),
+        info: TaskInfo {
+            activity_id: "cli".to_owned(),
+            attempt: args.attempt,
+            ..TaskInfo::default()
+        },
+        deadline: None,
+        observer: Some(Arc::new(Stderr)),
+    });
+    let pending = match submitted {
+        Ok(pending) => pending,
+        Err(e) => return usage_error(e),
     };
-    task.observer = Arc::new(Stderr);
-    let cancel = task.cancel.clone();
+    let canceller = pending.canceller();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             eprintln!("cancelling (Ctrl-C)…");
-            cancel.cancel();
+            canceller.cancel();
         }
     });
-    match sandbox.execute(&component, &tenant, task).await {
+    match pending.outcome().await {
         Ok(value) => {
             println!("{value}");
             ExitCode::SUCCESS
+        }
+        // Naming an activity type the file lacks is a usage error.
+        Err(failure) if failure.class == FailureClass::UnknownActivity && !args.json => {
+            usage_error(format!("`{}`: {}", args.file.display(), failure.message))
         }
         Err(failure) => {
             if args.json {

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use corral::config::{Config, Engine};
 use corral::connectors::aion::AionConnector;
+use corral::connectors::local::Local;
 use corral::connectors::temporal::TemporalConnector;
 use corral::control::store::Index;
 use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, api, server};
@@ -173,6 +174,9 @@ pub async fn run(
     let endpoints = CancellationToken::new();
     let mut listeners = Vec::new();
     if let Some(address) = config.host.admin_listen {
+        // The admin API's `Run` is one more engine of the session.
+        let local = Local::new(session.clone());
+        connectors.push(local.clone());
         let service = AdminService {
             catalog: catalog.clone(),
             auth: Auth::new(
@@ -183,6 +187,7 @@ pub async fn run(
                     .map(|t| (t.tenant.name.as_str(), t.token_sha256.as_deref())),
             ),
             session: session.clone(),
+            local,
             max_upload: config.host.max_upload,
             runs: Arc::new(tokio::sync::Semaphore::new(api::RUN_SLOTS)),
         };
@@ -224,7 +229,7 @@ pub async fn run(
         json,
         format_args!(
             "ready ({} tenant(s)); Ctrl-C or SIGTERM to stop",
-            connectors.len()
+            config.tenants.len()
         ),
     );
     let mut serving = tokio::task::JoinSet::new();

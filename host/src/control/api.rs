@@ -2,7 +2,6 @@
 //! counters and the permits.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -12,14 +11,16 @@ use tonic::{Request, Response, Status, Streaming};
 use super::auth::{Auth, Principal};
 use super::catalog::{Catalog, ControlError, NewVersion, VersionView};
 use super::proto::{self, admin_server::Admin, run_response, upload_request};
-use crate::metrics::{COMPLETED, Metrics};
-use crate::sandbox::{Failure, FailureClass, Task, format_bytes};
-use crate::session::Session;
+use crate::connectors::local::{Local, Submission};
+use crate::sandbox::{Failure, TaskInfo, format_bytes};
+use crate::session::{Args, Session};
 
 pub struct AdminService {
     pub catalog: Arc<Catalog>,
     pub auth: Auth,
     pub session: Arc<Session>,
+    /// Runs `Run` calls through the session loop.
+    pub local: Arc<Local>,
     /// The largest component an upload may carry.
     pub max_upload: u64,
     /// `Run` is a smoke test outside any engine: it does not take engine
@@ -318,14 +319,6 @@ impl Admin for AdminService {
     ) -> Result<Response<proto::RunResponse>, Status> {
         let tenant = self.tenant(&request, &request.get_ref().tenant)?;
         let r = request.into_inner();
-        let registry = self.catalog.registry();
-        let Some(route) = registry.route(&tenant, &r.activity_type) else {
-            return Err(Status::not_found(format!(
-                "tenant `{tenant}` serves no activity type `{}` (it serves: {})",
-                r.activity_type,
-                registry.activity_types(&tenant).join(", ")
-            )));
-        };
         let mut args = Vec::with_capacity(r.args_json.len());
         for (i, text) in r.args_json.iter().enumerate() {
             let value: Value = serde_json::from_str(text).map_err(|e| {
@@ -338,60 +331,30 @@ impl Admin for AdminService {
                 "{RUN_SLOTS} smoke-test runs are already running on this host; try again"
             )));
         };
-        let mut counted = Counted::start(&self.session.metrics, &tenant, &route.activity);
-        let task = Task::new(route.activity.clone(), args);
-        let outcome = self
-            .session
-            .sandbox
-            .execute(&route.component, &route.tenant, task)
-            .await;
-        counted.outcome = match &outcome {
-            Ok(_) => COMPLETED,
-            Err(f) => f.class.as_str(),
-        };
-        drop(counted);
-        let outcome = match outcome {
+        // Through the session loop, as an engine's task: routed by alias,
+        // limited by the type's and the host's slots, counted, and
+        // cancelled when the client goes away (tonic drops this call).
+        let pending = self
+            .local
+            .submit(Submission {
+                tenant,
+                activity_type: r.activity_type,
+                args: Args::Positional(args),
+                info: TaskInfo {
+                    attempt: 1,
+                    ..TaskInfo::default()
+                },
+                deadline: None,
+                observer: None,
+            })
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let outcome = match pending.outcome().await {
             Ok(value) => run_response::Outcome::ResultJson(value.to_string()),
             Err(f) => run_response::Outcome::Failure(failure_to_proto(&f)),
         };
         Ok(Response::new(proto::RunResponse {
             outcome: Some(outcome),
         }))
-    }
-}
-
-/// A `Run` counted in the metrics from its start until it is dropped: when
-/// the client goes away, tonic drops the call mid-run, and the run is
-/// counted as cancelled instead of staying in flight forever.
-struct Counted<'a> {
-    metrics: &'a Metrics,
-    tenant: &'a str,
-    activity_type: &'a str,
-    started: Instant,
-    outcome: &'static str,
-}
-
-impl<'a> Counted<'a> {
-    fn start(metrics: &'a Metrics, tenant: &'a str, activity_type: &'a str) -> Self {
-        metrics.task_started(tenant);
-        Counted {
-            metrics,
-            tenant,
-            activity_type,
-            started: Instant::now(),
-            outcome: FailureClass::Cancelled.as_str(),
-        }
-    }
-}
-
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        self.metrics.task_finished(
-            self.tenant,
-            self.activity_type,
-            self.outcome,
-            self.started.elapsed(),
-        );
     }
 }
 

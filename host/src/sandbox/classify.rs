@@ -176,6 +176,26 @@ fn backtrace(error: &wasmtime::Error) -> Vec<String> {
         .collect()
 }
 
+/// Most names a message lists (activity types a task could have named).
+const MAX_LISTED: usize = 20;
+
+/// A guest- or caller-chosen name as a message shows it: at most
+/// [`MAX_NAME`] bytes.
+pub fn shown_name(name: &str) -> String {
+    truncate(name, MAX_NAME)
+}
+
+/// Names as a message lists them: each [`shown_name`], at most 20, then
+/// how many more there are.
+pub fn listed_names<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    let more = names.len().saturating_sub(MAX_LISTED);
+    let mut listed: Vec<String> = names.take(MAX_LISTED).map(shown_name).collect();
+    if more > 0 {
+        listed.push(format!("and {more} more"));
+    }
+    listed.join(", ")
+}
+
 /// `text` cut to at most `max` bytes at a character boundary, marked with
 /// `…` where it was cut.
 pub(crate) fn truncate(text: &str, max: usize) -> String {

@@ -13,7 +13,7 @@ use wasmtime::{CallHook, Store};
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use super::capabilities::{Capabilities, PolicyError};
-use super::classify::{Evidence, MAX_NAME, classify, truncate};
+use super::classify::{Evidence, classify, listed_names, shown_name};
 use super::component::LoadedComponent;
 use super::context::{TaskInfo, TaskState, activity_info};
 use super::convert::{self, from_json, to_json};
@@ -68,9 +68,6 @@ impl Task {
     }
 }
 
-/// Most activity types named when a task asks for one the component lacks.
-const MAX_LISTED: usize = 20;
-
 /// An epoch deadline that is never reached: nothing advances the engine's
 /// epoch, so the epoch check fires only when the watchdog asks for a yield.
 const NEVER: u64 = 1 << 62;
@@ -123,26 +120,14 @@ impl Sandbox {
         let limits = &tenant.limits;
         let Some(activity) = component.activity(&task.activity_type) else {
             // The names are the guest's: bounded in number and length.
-            let mut known: Vec<String> = component
-                .activities
-                .iter()
-                .take(MAX_LISTED)
-                .map(|a| truncate(&a.name, MAX_NAME))
-                .collect();
-            if component.activities.len() > MAX_LISTED {
-                known.push(format!(
-                    "and {} more",
-                    component.activities.len() - MAX_LISTED
-                ));
-            }
+            let known = listed_names(component.activities.iter().map(|a| a.name.as_str()));
             return Err(Failure::new(
                 FailureClass::UnknownActivity,
                 policy,
                 format!(
-                    "no activity type `{}` in component {} (it has: {})",
-                    task.activity_type,
+                    "no activity type `{}` in component {} (it has: {known})",
+                    shown_name(&task.activity_type),
                     component.digest,
-                    known.join(", ")
                 ),
             ));
         };

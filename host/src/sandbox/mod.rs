@@ -18,6 +18,7 @@ mod stdio;
 mod watchdog;
 
 pub use capabilities::{Capabilities, DirGrant, DirMode, PolicyError};
+pub use classify::{listed_names, shown_name};
 pub use component::{LoadError, LoadedComponent};
 pub use context::TaskInfo;
 pub use engine::{PerComponent, Sandbox, SandboxConfig};

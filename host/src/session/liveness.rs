@@ -14,7 +14,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::{Connector, TaskKey};
 use crate::metrics::Metrics;
-use crate::sandbox::TaskObserver;
+use crate::sandbox::{LogLevel, Stream, TaskObserver};
 use crate::sync::lock;
 
 /// A task's liveness, as its guest and the pump share it: the guest's
@@ -28,6 +28,8 @@ pub(super) struct Progress {
     ended: AtomicBool,
     metrics: Arc<Metrics>,
     tenant: String,
+    /// Sees the guest's own events too (see `TaskStart::observer`).
+    observer: Option<Arc<dyn TaskObserver>>,
 }
 
 impl Progress {
@@ -38,6 +40,7 @@ impl Progress {
         metrics: Arc<Metrics>,
         tenant: &str,
         last: Option<Value>,
+        observer: Option<Arc<dyn TaskObserver>>,
     ) -> Self {
         Progress {
             key,
@@ -46,6 +49,7 @@ impl Progress {
             ended: AtomicBool::new(false),
             metrics,
             tenant: tenant.to_owned(),
+            observer,
         }
     }
 
@@ -72,15 +76,39 @@ impl Progress {
 }
 
 impl TaskObserver for Progress {
-    fn heartbeat(&self, _count: u32, details: Option<&Value>) {
+    fn heartbeat(&self, count: u32, details: Option<&Value>) {
         if let Some(details) = details {
             *lock(&self.last) = Some(details.clone());
         }
         self.beat();
+        if let Some(observer) = &self.observer {
+            observer.heartbeat(count, details);
+        }
+    }
+
+    fn log(&self, level: LogLevel, message: &str) {
+        if let Some(observer) = &self.observer {
+            observer.log(level, message);
+        }
+    }
+
+    fn output(&self, stream: Stream, line: &str) {
+        if let Some(observer) = &self.observer {
+            observer.output(stream, line);
+        }
+    }
+
+    fn output_dropped(&self, bytes: u64) {
+        if let Some(observer) = &self.observer {
+            observer.output_dropped(bytes);
+        }
     }
 
     fn instantiated(&self, took: Duration) {
         self.metrics.instantiated(&self.tenant, took);
+        if let Some(observer) = &self.observer {
+            observer.instantiated(took);
+        }
     }
 }
 

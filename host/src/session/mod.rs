@@ -20,7 +20,7 @@ pub use permits::{HostSlot, Permit, Permits, TenantSlots, TypeAdmission, TypeSlo
 pub use registry::{Registry, Route, TenantTable};
 
 use crate::metrics::Metrics;
-use crate::sandbox::{Failure, Sandbox, TaskInfo};
+use crate::sandbox::{Failure, Sandbox, TaskInfo, TaskObserver};
 use crate::sync::lock;
 
 /// An engine's identifier of one task attempt (Temporal's task token).
@@ -39,7 +39,6 @@ pub enum CancelReason {
 }
 
 /// A task as delivered by an engine.
-#[derive(Debug)]
 pub struct TaskStart {
     pub key: TaskKey,
     pub tenant: String,
@@ -58,6 +57,26 @@ pub struct TaskStart {
     /// accepted the task (an engine that refuses rather than lets a task
     /// wait); otherwise the session waits for one.
     pub type_slot: Option<TypeSlot>,
+    /// Someone in this process watching the guest's own heartbeats, logs
+    /// and output as they happen (`corral run`, the test harness); engines
+    /// hear only liveness, through [`Connector::heartbeat`].
+    pub observer: Option<Arc<dyn TaskObserver>>,
+}
+
+impl std::fmt::Debug for TaskStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskStart")
+            .field("key", &self.key)
+            .field("tenant", &self.tenant)
+            .field("activity_type", &self.activity_type)
+            .field("args", &self.args)
+            .field("info", &self.info)
+            .field("deadline", &self.deadline)
+            .field("heartbeat_every", &self.heartbeat_every)
+            .field("type_slot", &self.type_slot)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
 }
 
 /// A task's arguments, as its engine delivers them.
@@ -255,7 +274,7 @@ impl Session {
         tasks: &TaskTracker,
         pump: &mut liveness::Pump,
         connector: &Arc<dyn Connector>,
-        start: TaskStart,
+        mut start: TaskStart,
     ) {
         let entry = InFlight {
             cancel: CancellationToken::new(),
@@ -268,6 +287,7 @@ impl Session {
             self.metrics.clone(),
             &start.tenant,
             start.info.last_heartbeat.clone(),
+            start.observer.take(),
         ));
         pump.add(start.heartbeat_every, progress.clone());
         let session = self.clone();
@@ -283,7 +303,9 @@ impl Session {
         });
     }
 
-    fn cancel(&self, key: &TaskKey, reason: CancelReason) {
+    /// Cancels a task in flight at once (`is-cancelled` is true when this
+    /// returns); nothing when no task with `key` runs.
+    pub fn cancel(&self, key: &TaskKey, reason: CancelReason) {
         let entry = self.in_flight().get(key).cloned();
         match entry {
             Some(entry) => entry.cancel(reason),

@@ -108,8 +108,13 @@ impl Permits {
         self
     }
 
+    /// Whether any activity type of `tenant` has a limit of its own.
+    pub fn has_type_limits(&self, tenant: &str) -> bool {
+        self.types.get(tenant).is_some_and(|own| !own.is_empty())
+    }
+
     /// The semaphore of the first of `names` (the engine's name, then the
-    /// full name) that has its own limit.
+    /// type's other names: see `Registry::names`) that has its own limit.
     fn type_semaphore(&self, tenant: &str, names: &[&str]) -> Option<&Arc<Semaphore>> {
         let own = self.types.get(tenant)?;
         names.iter().find_map(|name| own.get(*name).map(|(s, _)| s))

@@ -136,6 +136,30 @@ impl Registry {
         self.read().get(tenant)?.routes.get(activity_type).cloned()
     }
 
+    /// Every name `activity_type` is served under for `tenant`: the name
+    /// itself first, then its full name and every alias of that, so a
+    /// limit set on any of them holds whichever name a task uses. Empty
+    /// when the tenant does not serve it.
+    pub fn names(&self, tenant: &str, activity_type: &str) -> Vec<String> {
+        let Some(table) = self.tenant_routes(tenant) else {
+            return Vec::new();
+        };
+        let Some(route) = table.routes.get(activity_type) else {
+            return Vec::new();
+        };
+        let mut names = vec![activity_type.to_owned()];
+        names.extend(
+            table
+                .routes
+                .iter()
+                .filter(|(name, other)| {
+                    other.activity == route.activity && name.as_str() != activity_type
+                })
+                .map(|(name, _)| name.clone()),
+        );
+        names
+    }
+
     /// A tenant's policy.
     pub fn tenant(&self, name: &str) -> Option<Arc<Tenant>> {
         self.tenant_routes(name).map(|t| t.tenant.clone())

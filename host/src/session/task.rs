@@ -9,10 +9,12 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::liveness::Progress;
-use super::{Args, CancelReason, Connector, InFlight, Report, Session, TaskStart};
+use super::{Args, CancelReason, Connector, InFlight, Report, Session, TaskKey, TaskStart};
 use crate::backoff::Backoff;
 use crate::metrics::COMPLETED;
-use crate::sandbox::{Failure, FailureClass, Outcome, RetryPolicy, Task};
+use crate::sandbox::{
+    Failure, FailureClass, Outcome, RetryPolicy, Task, convert, listed_names, shown_name,
+};
 use crate::sync::lock;
 
 /// The longest wait between two report attempts.
@@ -24,7 +26,7 @@ const REPORT_PATIENCE: Duration = Duration::from_secs(60);
 pub(super) async fn run(
     session: &Session,
     connector: &dyn Connector,
-    mut start: TaskStart,
+    start: TaskStart,
     entry: InFlight,
     progress: Arc<Progress>,
 ) {
@@ -35,10 +37,12 @@ pub(super) async fn run(
         activity_id = %start.info.activity_id,
         attempt = start.info.attempt,
     );
+    // What reporting needs stays; the rest moves into the task.
+    let (key, deadline, tenant) = (start.key.clone(), start.deadline, start.tenant.clone());
     async {
         let started = Instant::now();
-        session.metrics.task_started(&start.tenant);
-        let (outcome, activity) = execute(session, &mut start, &entry, &progress).await;
+        session.metrics.task_started(&tenant);
+        let (outcome, activity) = execute(session, start, &entry, &progress).await;
         // The outcome exists: no more heartbeats while it is reported.
         progress.end();
         let reason = *lock(&entry.reason);
@@ -55,57 +59,62 @@ pub(super) async fn run(
         };
         session
             .metrics
-            .task_finished(&start.tenant, &activity, label, started.elapsed());
-        deliver(connector, &start, report, started).await;
+            .task_finished(&tenant, &activity, label, started.elapsed());
+        let give_up = deadline.map(|d| started + d + REPORT_PATIENCE);
+        deliver(connector, &key, report, give_up).await;
     }
     .instrument(span)
     .await
 }
 
+/// Routes and runs the task; returns its outcome and the activity type's
+/// full name (one label for every unknown name, so that engines, which can
+/// send any name, keep the metrics' cardinality bounded).
 async fn execute(
     session: &Session,
-    start: &mut TaskStart,
+    start: TaskStart,
     entry: &InFlight,
     progress: &Arc<Progress>,
 ) -> (Outcome, String) {
+    let TaskStart {
+        tenant,
+        activity_type,
+        args,
+        info,
+        deadline,
+        type_slot,
+        ..
+    } = start;
     let default_policy = RetryPolicy::default();
-    let tenant = session.registry.tenant(&start.tenant);
-    let policy = tenant.as_ref().map_or(&default_policy, |t| &t.retry);
-    let Some(route) = session.registry.route(&start.tenant, &start.activity_type) else {
-        let served = session.registry.activity_types(&start.tenant).join(", ");
-        // Engines can send any name: one label for all unknown ones keeps the
-        // metrics' cardinality bounded.
+    let policy = session.registry.tenant(&tenant);
+    let policy = policy.as_ref().map_or(&default_policy, |t| &t.retry);
+    let Some(route) = session.registry.route(&tenant, &activity_type) else {
+        // Both the asked-for name and the served ones may be chosen by
+        // someone else (an engine's caller, a tenant's guest): bounded.
+        let served = session.registry.activity_types(&tenant);
         let unknown = Err(Failure::new(
             FailureClass::UnknownActivity,
             policy,
             format!(
-                "tenant `{}` serves no activity type `{}` (it serves: {served})",
-                start.tenant, start.activity_type
+                "tenant `{tenant}` serves no activity type `{}` (it serves: {})",
+                shown_name(&activity_type),
+                listed_names(served.iter().map(String::as_str)),
             ),
         ));
         return (unknown, "<unknown>".to_owned());
     };
-    let outcome = run_routed(session, start, entry, progress, &route, policy).await;
-    (outcome, route.activity)
-}
-
-async fn run_routed(
-    session: &Session,
-    start: &mut TaskStart,
-    entry: &InFlight,
-    progress: &Arc<Progress>,
-    route: &super::Route,
-    policy: &RetryPolicy,
-) -> Outcome {
-    // The arguments move into the task: nothing after execution needs them.
-    let args = std::mem::replace(&mut start.args, Ok(Args::Positional(Vec::new())))
-        .and_then(|args| positional(args, route))
-        .map_err(|e| Failure::new(FailureClass::InvalidInput, policy, e))?;
+    let args = match args.and_then(|args| arguments(args, &route)) {
+        Ok(args) => args,
+        Err(e) => {
+            let invalid = Failure::new(FailureClass::InvalidInput, policy, e);
+            return (Err(invalid), route.activity);
+        }
+    };
     let task = Task {
         activity_type: route.activity.clone(),
         args,
-        info: start.info.clone(),
-        deadline: start.deadline,
+        info,
+        deadline,
         cancel: entry.cancel.clone(),
         observer: progress.clone(),
     };
@@ -113,71 +122,38 @@ async fn run_routed(
     // are taken here, in arrival order, and held while the guest runs; the
     // session's liveness pump keeps the task alive with the engine while it
     // waits.
-    let _type = match start.type_slot.take() {
+    let _type = match type_slot {
         Some(taken) => Some(taken),
-        None => {
-            session
-                .permits
-                .type_slot(&route.tenant.name, &[&start.activity_type, &route.activity])
-                .await
+        None if session.permits.has_type_limits(&tenant) => {
+            let names = session.registry.names(&tenant, &activity_type);
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            session.permits.type_slot(&tenant, &names).await
         }
+        None => None,
     };
     let _slot = session.permits.host_slot().await;
-    session
+    let outcome = session
         .sandbox
         .execute(&route.component, &route.tenant, task)
-        .await
+        .await;
+    (outcome, route.activity)
 }
 
-/// Named arguments in the activity type's parameter order. Names match as
-/// record fields do (`max-len`, `max_len` and `maxLen` are one name); a
-/// missing `option` parameter is `none`.
-fn positional(args: Args, route: &super::Route) -> Result<Vec<Value>, String> {
-    let mut named = match args {
-        Args::Positional(values) => return Ok(values),
-        Args::Named(named) => named,
-    };
-    let Some(activity) = route.component.activity(&route.activity) else {
-        // The route was built from this component's own activity types.
-        return Err(format!(
-            "`{}` is not exported by its component",
-            route.activity
-        ));
-    };
-    let expected = || {
-        activity
-            .params
-            .iter()
-            .map(|(name, _)| format!("`{name}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut values = Vec::with_capacity(activity.params.len());
-    for (name, ty) in &activity.params {
-        let key = named
-            .keys()
-            .find(|key| crate::sandbox::convert::names_match(name, key))
-            .cloned();
-        match key.and_then(|key| named.remove(&key)) {
-            Some(value) => values.push(value),
-            None if matches!(ty, wasmtime::component::types::Type::Option(_)) => {
-                values.push(Value::Null)
+/// One JSON value per WIT parameter, in order.
+fn arguments(args: Args, route: &super::Route) -> Result<Vec<Value>, String> {
+    match args {
+        Args::Positional(values) => Ok(values),
+        Args::Named(named) => match route.component.activity(&route.activity) {
+            Some(activity) => {
+                convert::positional(&activity.params, named).map_err(|e| e.to_string())
             }
-            None => {
-                return Err(format!(
-                    "missing argument `{name}` (expected {})",
-                    expected()
-                ));
-            }
-        }
+            // The route was built from this component's own activity types.
+            None => Err(format!(
+                "`{}` is not exported by its component",
+                route.activity
+            )),
+        },
     }
-    if let Some(unknown) = named.keys().next() {
-        return Err(format!(
-            "unknown argument `{unknown}` (expected {})",
-            expected()
-        ));
-    }
-    Ok(values)
 }
 
 /// A cancel is reported as cancelled only when one was requested; a task
@@ -205,11 +181,15 @@ fn to_report(outcome: Outcome, reason: Option<CancelReason>) -> Report {
 /// never silently lost. Gives up only when the engine refuses it for good,
 /// or long after the task's deadline, when the engine has retried the task
 /// elsewhere anyway.
-async fn deliver(connector: &dyn Connector, start: &TaskStart, report: Report, started: Instant) {
-    let give_up = start.deadline.map(|d| started + d + REPORT_PATIENCE);
+async fn deliver(
+    connector: &dyn Connector,
+    key: &TaskKey,
+    report: Report,
+    give_up: Option<Instant>,
+) {
     let mut backoff = Backoff::new(Duration::from_millis(100), MAX_REPORT_BACKOFF);
     loop {
-        match connector.report(&start.key, report.clone()).await {
+        match connector.report(key, report.clone()).await {
             Ok(()) => return,
             Err(e) if !e.retryable => {
                 tracing::warn!("the engine refused the report: {}", e.message);

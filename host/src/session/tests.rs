@@ -146,6 +146,7 @@ fn start(key: &[u8], activity_type: &str) -> Inbound {
         deadline: None,
         heartbeat_every: Duration::from_secs(1),
         type_slot: None,
+        observer: None,
     }))
 }
 

@@ -142,6 +142,7 @@ pub fn task(
         deadline: None,
         heartbeat_every,
         type_slot: None,
+        observer: None,
     };
     Ok((attempt, start))
 }

@@ -127,14 +127,8 @@ impl Shared {
         if self.stopping.is_cancelled() {
             return refuse("the worker is shutting down".to_owned());
         }
-        let full = self
-            .registry
-            .route(&self.tenant, &start.activity_type)
-            .map(|r| r.activity);
-        let names = [
-            start.activity_type.as_str(),
-            full.as_deref().unwrap_or_default(),
-        ];
+        let names = self.registry.names(&self.tenant, &start.activity_type);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
         // Taken, not just checked: the next task pushed must see it gone.
         start.type_slot = match self.permits.try_type_slot(&self.tenant, &names) {
             TypeAdmission::Unlimited => None,

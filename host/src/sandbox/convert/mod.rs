@@ -17,6 +17,7 @@
 //! Errors name the JSON path inside the value: `$.items[3].price: expected
 //! u32, got -1`.
 
+mod args;
 mod from_wit;
 mod sample;
 mod schema;
@@ -24,6 +25,7 @@ mod to_wit;
 
 use std::fmt;
 
+pub use args::{ArgsError, positional};
 pub use from_wit::{json_size_at_least, payload_to_json, to_json};
 pub use sample::sample;
 pub use schema::{input_schema, output_schema};
