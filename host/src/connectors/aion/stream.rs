@@ -2,6 +2,8 @@
 //! reconnect. Tasks already running keep running across a reconnect; their
 //! results are reported on whichever stream is registered when they end.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +50,9 @@ impl Failed {
     }
 }
 
+/// A registration under way.
+type Registering<'a> = Pin<Box<dyn Future<Output = Result<Connection, Failed>> + Send + 'a>>;
+
 /// How a stream ended.
 enum End {
     /// The server announced a drain and everything this worker held is
@@ -56,8 +61,9 @@ enum End {
     Drained,
     Dropped(String),
     /// The tenant's activity types changed and a new registration took
-    /// over.
-    Replaced(Box<Connection>),
+    /// over; the old stream's frames still in flight are read by
+    /// [`drain`].
+    Replaced(Box<(Connection, Streaming<wire::ServerToWorker>)>),
     /// The connector finished.
     Closed,
 }
@@ -205,8 +211,10 @@ pub(super) async fn drive(
         *lock(&shared.outbound) = None;
         match end {
             End::Closed => return,
-            End::Replaced(next) => {
-                connection = *next;
+            End::Replaced(replaced) => {
+                let (next, old) = *replaced;
+                tokio::spawn(drain(shared.clone(), old, inbound.clone()));
+                connection = next;
                 continue;
             }
             End::Drained => {
@@ -269,7 +277,13 @@ async fn serve(
     );
     let mut lease = tokio::time::interval(shared.heartbeat_every());
     let mut changes = shared.registry.subscribe();
-    changes.mark_unchanged();
+    // A registration runs beside this stream, which is served meanwhile
+    // (liveness pings answered, acknowledgements read, tasks taken). One
+    // starts at once when the types changed while this one registered.
+    let mut replacing: Option<Registering<'_>> = None;
+    if frames::descriptors(&shared.registry, &shared.tenant) != registered {
+        replacing = Some(Box::pin(register(shared)));
+    }
     let mut drained = false;
     loop {
         tokio::select! {
@@ -281,17 +295,21 @@ async fn serve(
                 // Without ids a heartbeat renews the connection's lease.
                 shared.send(Message::Heartbeat(wire::Heartbeat::default()));
             }
-            Ok(()) = changes.changed() => {
+            Ok(()) = changes.changed(), if replacing.is_none() => {
                 let now = frames::descriptors(&shared.registry, &shared.tenant);
                 if now != registered {
-                    match register(shared).await {
-                        Ok(next) => return End::Replaced(Box::new(next)),
-                        Err(failed) => tracing::error!(
-                            tenant = %shared.tenant,
-                            "the new activity types are not served on Aion (still serving the previous ones): {}",
-                            failed.message()
-                        ),
-                    }
+                    replacing = Some(Box::pin(register(shared)));
+                }
+            }
+            result = finished(&mut replacing) => {
+                replacing = None;
+                match result {
+                    Ok(next) => return End::Replaced(Box::new((next, frames))),
+                    Err(failed) => tracing::error!(
+                        tenant = %shared.tenant,
+                        "the new activity types are not served on Aion (still serving the previous ones): {}",
+                        failed.message()
+                    ),
                 }
             }
             frame = frames.message() => match frame {
@@ -306,6 +324,44 @@ async fn serve(
                 Err(_) if drained => return End::Drained,
                 Err(status) => return End::Dropped(format!("{:?}: {}", status.code(), status.message())),
             },
+        }
+    }
+}
+
+/// The outcome of a registration under way; never resolves without one.
+async fn finished(registration: &mut Option<Registering<'_>>) -> Result<Connection, Failed> {
+    match registration {
+        Some(registration) => registration.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How long a replaced stream is read for frames the server sent before it
+/// saw the new registration.
+const DRAIN_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Reads a replaced stream until the server ends it (this worker's side
+/// of it is closed): a task, cancel or acknowledgement sent on it while the
+/// new stream registered is acted on, not dropped.
+async fn drain(
+    shared: Arc<Shared>,
+    mut old: Streaming<wire::ServerToWorker>,
+    inbound: mpsc::UnboundedSender<Inbound>,
+) {
+    let read = async {
+        while let Ok(Some(wire::ServerToWorker {
+            message: Some(frame),
+        })) = old.message().await
+        {
+            // A drain of a stream already replaced asks nothing more.
+            let _ = handle(&shared, frame, &inbound);
+        }
+    };
+    tokio::select! {
+        () = read => {}
+        () = shared.closing.cancelled() => {}
+        () = tokio::time::sleep(DRAIN_PATIENCE) => {
+            tracing::debug!(tenant = %shared.tenant, "a replaced Aion stream was still open; no longer read");
         }
     }
 }

@@ -27,8 +27,31 @@ struct Scripted {
     seen: Seen,
     /// The concurrency the worker must advertise.
     limit: u32,
-    /// What the server pushes on the first stream after its ack.
+    script: Script,
+    /// The first stream's way down, for frames pushed on it later.
+    first_sender: Mutex<Option<mpsc::UnboundedSender<Result<wire::ServerToWorker, Status>>>>,
+}
+
+/// What the scripted server does beyond acknowledging registrations.
+#[derive(Default)]
+struct Script {
+    /// Pushed on the first stream after its ack.
     first: Vec<Down>,
+    /// The first stream breaks when a result arrives, before acknowledging.
+    break_first: bool,
+    /// Pushed on the first stream when a second registration arrives; that
+    /// one's ack then waits for `release`.
+    on_replace: Vec<Down>,
+    release: Arc<tokio::sync::Notify>,
+    /// Pushed on the first stream right after the second one's ack.
+    after_replace: Vec<Down>,
+}
+
+fn ping(liveness_ping: u64) -> Down {
+    Down::LivenessPing(wire::LivenessPing {
+        liveness_ping,
+        silence_window_ms: 2000,
+    })
 }
 
 fn task(token: &str) -> Down {
@@ -64,25 +87,52 @@ impl WorkerProtocol for Scripted {
             return Err(Status::invalid_argument("register first"));
         };
         assert_eq!(register.max_concurrency, Some(self.limit));
-        assert_eq!(register.activity_types, ["answer"]);
+        assert!(register.activity_types.contains(&"answer".to_owned()));
         let stream = self.streams.fetch_add(1, Ordering::SeqCst);
         let (down, receiver) = mpsc::unbounded_channel();
-        let send = move |frame: Down| {
+        let push = |down: &mpsc::UnboundedSender<_>, frame: Down| {
             let _ = down.send(Ok(wire::ServerToWorker {
                 message: Some(frame),
             }));
         };
-        send(Down::RegisterAck(wire::RegisterAck {
+        let ack = Down::RegisterAck(wire::RegisterAck {
             worker_id: 1,
             namespace: "default".into(),
             heartbeat_window_ms: 2000,
             accepted_max_concurrency: self.limit,
-        }));
+        });
+        let first = self.first_sender.lock().unwrap().clone();
+        match first {
+            Some(first) if stream == 1 && !self.script.on_replace.is_empty() => {
+                for frame in &self.script.on_replace {
+                    push(&first, frame.clone());
+                }
+                let (release, after) = (
+                    self.script.release.clone(),
+                    self.script.after_replace.clone(),
+                );
+                let down = down.clone();
+                tokio::spawn(async move {
+                    release.notified().await;
+                    push(&down, ack);
+                    for frame in after {
+                        push(&first, frame);
+                    }
+                });
+            }
+            _ => push(&down, ack),
+        }
         if stream == 0 {
-            for frame in &self.first {
-                send(frame.clone());
+            // Kept only for a replacement to come: it holds the stream open.
+            if !self.script.on_replace.is_empty() {
+                *self.first_sender.lock().unwrap() = Some(down.clone());
+            }
+            for frame in &self.script.first {
+                push(&down, frame.clone());
             }
         }
+        let send = move |frame: Down| push(&down, frame);
+        let break_first = self.script.break_first;
         let seen = self.seen.clone();
         tokio::spawn(async move {
             while let Ok(Some(wire::WorkerToServer {
@@ -91,7 +141,7 @@ impl WorkerProtocol for Scripted {
             {
                 let result = matches!(frame, Up::Result(_));
                 seen.lock().unwrap().push((stream, frame));
-                if result && stream == 0 {
+                if result && stream == 0 && break_first {
                     // The first stream breaks before acknowledging.
                     return;
                 }
@@ -130,6 +180,7 @@ fn answer(spin: u32) -> String {
 /// server that pushes `first` on its first stream.
 struct Served {
     session: Arc<Session>,
+    registry: Arc<Registry>,
     seen: Seen,
     shutdown: CancellationToken,
     serving: tokio::task::JoinHandle<()>,
@@ -138,6 +189,20 @@ struct Served {
 
 async fn serve(
     first: Vec<Down>,
+    component: &str,
+    limit: usize,
+    type_limits: &[(&str, usize)],
+) -> Served {
+    let script = Script {
+        first,
+        break_first: true,
+        ..Script::default()
+    };
+    serve_script(script, component, limit, type_limits).await
+}
+
+async fn serve_script(
+    script: Script,
     component: &str,
     limit: usize,
     type_limits: &[(&str, usize)],
@@ -151,7 +216,8 @@ async fn serve(
                 streams: AtomicUsize::new(0),
                 seen: seen.clone(),
                 limit: limit as u32,
-                first,
+                script,
+                first_sender: Mutex::new(None),
             }))
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
@@ -185,7 +251,7 @@ async fn serve(
     )
     .await
     .unwrap();
-    let session = Session::new(sandbox, registry, Default::default(), permits);
+    let session = Session::new(sandbox, registry.clone(), Default::default(), permits);
     let shutdown = CancellationToken::new();
     let serving = tokio::spawn({
         let (session, shutdown) = (session.clone(), shutdown.clone());
@@ -197,6 +263,7 @@ async fn serve(
     });
     Served {
         session,
+        registry,
         seen,
         shutdown,
         serving,
@@ -319,6 +386,65 @@ async fn a_type_at_its_own_limit_is_refused_even_when_pushed_back_to_back() {
         refused[0].reason.contains("its own concurrency limit"),
         "{:?}",
         refused[0]
+    );
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_registration_runs_beside_the_old_stream_which_loses_nothing() {
+    // The server holds the new registration's ack; meanwhile it pings and
+    // pushes a task on the old stream, and one more right after the ack.
+    let script = Script {
+        on_replace: vec![ping(77), task_at("t9", 9)],
+        after_replace: vec![task_at("t10", 10)],
+        ..Script::default()
+    };
+    let release = script.release.clone();
+    let served = serve_script(script, &answer(0), 4, &[]).await;
+    served
+        .until(|frames| frames.iter().any(|(s, _)| *s == 0))
+        .await;
+
+    // A deploy adds an activity type: the connector registers again.
+    let sandbox = Sandbox::new(SandboxConfig {
+        max_instances: 2,
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let wider = answer(0).replace(
+        r#"(func (export "answer") (result u32)"#,
+        r#"(func (export "other") (result u32) (canon lift (core func $i "answer")))
+            (func (export "answer") (result u32)"#,
+    );
+    let wider = sandbox.load(&wat::parse_str(&wider).unwrap()).unwrap();
+    let tenant = Tenant {
+        name: "t".into(),
+        ..Tenant::default()
+    };
+    served.registry.set_tenant(tenant, &[wider], &[]).unwrap();
+
+    let result_of = |token: &'static str| {
+        move |frames: &[(usize, Up)]| {
+            frames
+                .iter()
+                .any(|(_, f)| matches!(f, Up::Result(r) if r.completion_token == token))
+        }
+    };
+    // Served while the registration waits: the ping answered, the task run.
+    served
+        .until(|frames| {
+            frames.iter().any(|(s, f)| {
+                *s == 0 && matches!(f, Up::LivenessAnswer(a) if a.liveness_ping == 77)
+            })
+        })
+        .await;
+    served.until(result_of("t9")).await;
+    release.notify_one();
+    // A task the server sent on the old stream as the new one took over.
+    served.until(result_of("t10")).await;
+    assert!(
+        served.seen.lock().unwrap().iter().any(|(s, _)| *s == 1),
+        "the new stream took over"
     );
     served.stop().await;
 }
