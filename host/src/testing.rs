@@ -279,7 +279,7 @@ impl TestHost {
             std::slice::from_ref(&component),
             &aliases,
         )
-        .map_err(LoadError::Invalid)?;
+        .map_err(|e| LoadError::Invalid(e.to_string()))?;
         registry.install(table);
         let name = self.tenant.name.clone();
         let permits = Permits::new(self.max_concurrent, [(name.clone(), self.max_concurrent)])

@@ -69,7 +69,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let json = config.host.log_json;
     let (store, index) = match &config.host.data_dir {
-        Some(dir) => Store::open(dir).map_err(anyhow::Error::msg)?,
+        Some(dir) => Store::open(dir)?,
         None => (Store::in_memory(), Index::default()),
     };
     let sandbox = Sandbox::new(SandboxConfig {
@@ -105,13 +105,9 @@ pub async fn run(
         index,
         specs,
     )
-    .await
-    .map_err(anyhow::Error::msg)?;
+    .await?;
     for t in &config.tenants {
-        catalog
-            .seed(&t.tenant.name, &t.components)
-            .await
-            .map_err(anyhow::Error::msg)?;
+        catalog.seed(&t.tenant.name, &t.components).await?;
     }
     let catalog = Arc::new(catalog);
     let permits = config.tenants.iter().fold(

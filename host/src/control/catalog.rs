@@ -12,33 +12,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
+pub use super::errors::{CatalogError, ControlError};
 use super::store::{Index, Quota, Store, TenantIndex, Version};
 use crate::metrics::Metrics;
 use crate::sandbox::{LoadError, LoadedComponent, Sandbox, Tenant};
 use crate::session::Registry;
-
-/// Why a change was refused; the API maps each kind to a gRPC status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ControlError {
-    InvalidArgument(String),
-    NotFound(String),
-    FailedPrecondition(String),
-    /// Over a tenant's storage quota.
-    QuotaExceeded(String),
-    Internal(String),
-}
-
-impl std::fmt::Display for ControlError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ControlError::InvalidArgument(m)
-            | ControlError::NotFound(m)
-            | ControlError::FailedPrecondition(m)
-            | ControlError::QuotaExceeded(m)
-            | ControlError::Internal(m) => f.write_str(m),
-        }
-    }
-}
 
 /// A tenant as configured: its policy and its configuration-wide aliases.
 #[derive(Debug, Clone)]
@@ -95,7 +73,7 @@ impl State {
         let tenant_index = self.index.tenants.get(tenant).cloned().unwrap_or_default();
         let version = tenant_index
             .find(digest)
-            .map_err(ControlError::NotFound)?
+            .map_err(|e| ControlError::NotFound(e.to_string()))?
             .clone();
         Ok((tenant_index, version))
     }
@@ -129,7 +107,7 @@ impl Catalog {
         store: Store,
         index: Index,
         tenants: Vec<TenantSpec>,
-    ) -> Result<Catalog, String> {
+    ) -> Result<Catalog, CatalogError> {
         let tenants: BTreeMap<String, TenantSpec> = tenants
             .into_iter()
             .map(|t| (t.tenant.name.clone(), t))
@@ -159,14 +137,16 @@ impl Catalog {
                 let name = &spec.tenant.name;
                 let tenant_index = state.index.tenants.get(name).cloned().unwrap_or_default();
                 for version in tenant_index.active_versions() {
-                    let component = catalog.loaded(&mut state, &version.digest).await.map_err(
-                        |e| {
-                            format!(
-                                "tenant `{name}`: active version {} of `{}` cannot be served: {e}",
-                                version.digest, version.name
-                            )
-                        },
-                    )?;
+                    let component =
+                        catalog
+                            .loaded(&mut state, &version.digest)
+                            .await
+                            .map_err(|source| CatalogError::ActiveVersion {
+                                tenant: name.clone(),
+                                digest: version.digest.clone(),
+                                deployment: version.name.clone(),
+                                source,
+                            })?;
                     tracing::info!(tenant = %name, digest = %version.digest, deployment = %version.name, from_cache = component.from_cache, "loaded");
                 }
             }
@@ -192,21 +172,24 @@ impl Catalog {
     /// tenant. A configured file is activated unless its deployment (the
     /// file's stem) runs a version deployed through the API, which wins over
     /// the file; a changed file replaces the version the file seeded before.
-    pub async fn seed(&self, tenant: &str, paths: &[PathBuf]) -> Result<(), String> {
-        let spec = self.spec(tenant).map_err(|e| e.to_string())?;
+    pub async fn seed(&self, tenant: &str, paths: &[PathBuf]) -> Result<(), CatalogError> {
+        let spec = self.spec(tenant)?;
         let mut state = self.state.lock().await;
         let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
         for path in paths {
-            let fail = |e: &dyn std::fmt::Display| {
-                format!("tenant `{tenant}`: cannot load `{}`: {e}", path.display())
-            };
-            let bytes = std::fs::read(path).map_err(|e| fail(&e))?;
+            let fail =
+                |source: Box<dyn std::error::Error + Send + Sync>| CatalogError::Configured {
+                    tenant: tenant.to_owned(),
+                    path: path.clone(),
+                    source,
+                };
+            let bytes = std::fs::read(path).map_err(|e| fail(e.into()))?;
             let name = path.file_stem().map_or_else(
                 || "component".to_owned(),
                 |s| s.to_string_lossy().into_owned(),
             );
             let size = bytes.len() as u64;
-            let component = self.load(bytes.clone()).await.map_err(|e| fail(&e))?;
+            let component = self.load(bytes.clone()).await.map_err(|e| fail(e.into()))?;
             let digest = component.digest.clone();
             tracing::info!(tenant, digest = %digest, from_cache = component.from_cache, "loaded {}", path.display());
             let active = tenant_index
@@ -229,7 +212,7 @@ impl Catalog {
             if !tenant_index.versions.iter().any(|v| v.digest == digest) {
                 self.store
                     .put_bytes(&digest, &bytes)
-                    .map_err(|e| fail(&e))?;
+                    .map_err(|e| fail(e.into()))?;
                 tenant_index.versions.push(Version {
                     name: name.clone(),
                     digest: digest.clone(),
@@ -243,9 +226,7 @@ impl Catalog {
             tenant_index.active.insert(name, digest.clone());
             state.loaded.insert(digest, component);
         }
-        self.commit(&mut state, spec, tenant_index)
-            .await
-            .map_err(|e| e.to_string())
+        Ok(self.commit(&mut state, spec, tenant_index).await?)
     }
 
     /// Validates, compiles, stores and (unless asked not to) activates a
@@ -487,7 +468,7 @@ impl Catalog {
         }
         let aliases = aliases(spec, &tenant_index);
         let table = Registry::prepare(spec.tenant.clone(), &components, &aliases)
-            .map_err(ControlError::FailedPrecondition)?;
+            .map_err(|e| ControlError::FailedPrecondition(e.to_string()))?;
         let mut index = state.index.clone();
         if tenant_index == TenantIndex::default() {
             index.tenants.remove(name);

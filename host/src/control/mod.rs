@@ -10,6 +10,7 @@ pub mod proto {
 pub mod api;
 pub mod auth;
 pub mod catalog;
+mod errors;
 pub mod gate;
 pub mod server;
 pub mod store;

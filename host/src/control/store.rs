@@ -60,12 +60,10 @@ impl TenantIndex {
 
     /// The version whose digest is `digest`, or whose hex starts with it (at
     /// least 8 digits, and only one match).
-    pub fn find(&self, digest: &str) -> Result<&Version, String> {
+    pub fn find(&self, digest: &str) -> Result<&Version, FindError> {
         let hex = digest.trim_start_matches("sha256:");
         if hex.len() < 8 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(format!(
-                "`{digest}` is not a digest: give `sha256:<hex>` or at least 8 of its hex digits"
-            ));
+            return Err(FindError::NotADigest(digest.to_owned()));
         }
         let hex = hex.to_ascii_lowercase();
         let matches: Vec<&Version> = self
@@ -75,13 +73,41 @@ impl TenantIndex {
             .collect();
         match matches.as_slice() {
             [one] => Ok(one),
-            [] => Err(format!("no stored version matches `{digest}`")),
-            _ => Err(format!(
-                "`{digest}` matches {} versions: give more digits",
-                matches.len()
-            )),
+            [] => Err(FindError::NoMatch(digest.to_owned())),
+            _ => Err(FindError::Ambiguous(digest.to_owned(), matches.len())),
         }
     }
+}
+
+/// Why [`TenantIndex::find`] found no version.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FindError {
+    #[error("`{0}` is not a digest: give `sha256:<hex>` or at least 8 of its hex digits")]
+    NotADigest(String),
+    #[error("no stored version matches `{0}`")]
+    NoMatch(String),
+    #[error("`{0}` matches {1} versions: give more digits")]
+    Ambiguous(String, usize),
+}
+
+/// A data directory that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("data directory `{}`: {what}", dir.display())]
+    Io {
+        dir: PathBuf,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("data directory `{}`: index.json is unreadable", dir.display())]
+    Unreadable {
+        dir: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error(
+        "data directory `{dir}`: index.json: format {found} is not the format this corral reads ({FORMAT})"
+    )]
+    Format { dir: PathBuf, found: u32 },
 }
 
 /// What one tenant may keep stored: versions and bytes (active or not).
@@ -170,28 +196,32 @@ impl Store {
     /// Opens (creating if needed) a data directory and reads its index. A
     /// corrupt index is an error: the host must not start and silently
     /// serve nothing.
-    pub fn open(dir: &Path) -> Result<(Store, Index), String> {
-        let fail = |what: &str, e: &dyn std::fmt::Display| {
-            format!("data directory `{}`: {what}: {e}", dir.display())
+    pub fn open(dir: &Path) -> Result<(Store, Index), OpenError> {
+        let io = |what: &'static str| {
+            move |source| OpenError::Io {
+                dir: dir.to_owned(),
+                what,
+                source,
+            }
         };
-        std::fs::create_dir_all(dir.join("components")).map_err(|e| fail("creating it", &e))?;
-        std::fs::create_dir_all(dir.join("compiled")).map_err(|e| fail("creating it", &e))?;
+        std::fs::create_dir_all(dir.join("components")).map_err(io("creating it"))?;
+        std::fs::create_dir_all(dir.join("compiled")).map_err(io("creating it"))?;
         remove_leftovers(dir);
         remove_leftovers(&dir.join("components"));
         remove_leftovers(&dir.join("compiled"));
         let path = dir.join("index.json");
         let index = match std::fs::read(&path) {
             Ok(bytes) => {
-                let index: Index = serde_json::from_slice(&bytes)
-                    .map_err(|e| fail("index.json is unreadable", &e))?;
+                let index: Index =
+                    serde_json::from_slice(&bytes).map_err(|source| OpenError::Unreadable {
+                        dir: dir.to_owned(),
+                        source,
+                    })?;
                 if index.format != FORMAT {
-                    return Err(fail(
-                        "index.json",
-                        &format!(
-                            "format {} is not the format this corral reads ({FORMAT})",
-                            index.format
-                        ),
-                    ));
+                    return Err(OpenError::Format {
+                        dir: dir.to_owned(),
+                        found: index.format,
+                    });
                 }
                 index
             }
@@ -199,7 +229,7 @@ impl Store {
                 format: FORMAT,
                 tenants: BTreeMap::new(),
             },
-            Err(e) => return Err(fail("reading index.json", &e)),
+            Err(e) => return Err(io("reading index.json")(e)),
         };
         let store = Store {
             dir: Some(dir.to_owned()),
@@ -459,7 +489,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("index.json"), b"{\"format\": 1, \"ten").unwrap();
         let e = Store::open(dir.path()).unwrap_err();
-        assert!(e.contains("index.json is unreadable"), "{e}");
+        assert!(matches!(e, OpenError::Unreadable { .. }), "{e}");
+        assert!(e.to_string().contains("index.json is unreadable"), "{e}");
     }
 
     #[test]
@@ -472,16 +503,15 @@ mod tests {
             "sha256:aaaaaaaa11"
         );
         assert_eq!(t.find("AAAAAAAA2").unwrap().digest, "sha256:aaaaaaaa22");
-        assert!(
-            t.find("aaaaaaaa")
-                .unwrap_err()
-                .contains("matches 2 versions")
+        assert_eq!(
+            t.find("aaaaaaaa").unwrap_err(),
+            FindError::Ambiguous("aaaaaaaa".into(), 2)
         );
-        assert!(t.find("abc").unwrap_err().contains("at least 8"));
-        assert!(
-            t.find("bbbbbbbb")
-                .unwrap_err()
-                .contains("no stored version")
+        let not_a_digest = t.find("abc").unwrap_err();
+        assert!(not_a_digest.to_string().contains("at least 8"));
+        assert_eq!(
+            t.find("bbbbbbbb").unwrap_err(),
+            FindError::NoMatch("bbbbbbbb".into())
         );
     }
 }

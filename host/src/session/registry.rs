@@ -31,6 +31,30 @@ struct TenantRoutes {
 #[derive(Debug)]
 pub struct TenantTable(TenantRoutes);
 
+/// A tenant's routes that cannot be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error(
+        "tenant `{tenant}`: activity type `{activity}` is exported by both {first} and {second}"
+    )]
+    Duplicate {
+        tenant: String,
+        activity: String,
+        first: String,
+        second: String,
+    },
+    #[error(
+        "tenant `{tenant}`: alias `{alias}` names `{target}`, which no active component exports"
+    )]
+    NoTarget {
+        tenant: String,
+        alias: String,
+        target: String,
+    },
+    #[error("tenant `{tenant}`: alias `{alias}` is already an activity type")]
+    Shadows { tenant: String, alias: String },
+}
+
 /// Every tenant's activity types.
 #[derive(Debug, Default)]
 pub struct Registry {
@@ -49,7 +73,7 @@ impl Registry {
         tenant: Tenant,
         components: &[Arc<LoadedComponent>],
         aliases: &[(String, String)],
-    ) -> Result<(), String> {
+    ) -> Result<(), RouteError> {
         self.install(Registry::prepare(tenant, components, aliases)?);
         Ok(())
     }
@@ -62,7 +86,7 @@ impl Registry {
         tenant: Tenant,
         components: &[Arc<LoadedComponent>],
         aliases: &[(String, String)],
-    ) -> Result<TenantTable, String> {
+    ) -> Result<TenantTable, RouteError> {
         Registry::build(Arc::new(tenant), components, aliases).map(TenantTable)
     }
 
@@ -82,16 +106,18 @@ impl Registry {
         tenant: Arc<Tenant>,
         components: &[Arc<LoadedComponent>],
         aliases: &[(String, String)],
-    ) -> Result<TenantRoutes, String> {
+    ) -> Result<TenantRoutes, RouteError> {
         let name = &tenant.name;
         let mut routes: HashMap<String, Route> = HashMap::new();
         for component in components {
             for activity in &component.activities {
                 if let Some(existing) = routes.get(&activity.name) {
-                    return Err(format!(
-                        "tenant `{name}`: activity type `{}` is exported by both {} and {}",
-                        activity.name, existing.component.digest, component.digest
-                    ));
+                    return Err(RouteError::Duplicate {
+                        tenant: name.clone(),
+                        activity: activity.name.clone(),
+                        first: existing.component.digest.clone(),
+                        second: component.digest.clone(),
+                    });
                 }
                 routes.insert(
                     activity.name.clone(),
@@ -105,14 +131,17 @@ impl Registry {
         }
         for (alias, target) in aliases {
             let Some(route) = routes.get(target).cloned() else {
-                return Err(format!(
-                    "tenant `{name}`: alias `{alias}` names `{target}`, which no active component exports"
-                ));
+                return Err(RouteError::NoTarget {
+                    tenant: name.clone(),
+                    alias: alias.clone(),
+                    target: target.clone(),
+                });
             };
             if routes.contains_key(alias) {
-                return Err(format!(
-                    "tenant `{name}`: alias `{alias}` is already an activity type"
-                ));
+                return Err(RouteError::Shadows {
+                    tenant: name.clone(),
+                    alias: alias.clone(),
+                });
             }
             routes.insert(alias.clone(), route);
         }
