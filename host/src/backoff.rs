@@ -43,6 +43,42 @@ impl Backoff {
     }
 }
 
+/// What one try of [`patiently`] found.
+pub(crate) enum Try<T, E> {
+    Done(T),
+    /// Worth trying again (the other side is not up yet).
+    Again(E),
+    /// Trying again changes nothing.
+    Fail(E),
+}
+
+/// Tries until `attempt` is done or fails for good, waiting with `backoff`
+/// between tries while another try still fits in `patience`; `waiting`
+/// hears of each transient failure and the wait before the next try. The
+/// last transient failure is the error once patience runs out.
+pub(crate) async fn patiently<T, E, F>(
+    patience: Duration,
+    mut backoff: Backoff,
+    mut attempt: impl FnMut() -> F,
+    waiting: impl Fn(&E, Duration),
+) -> Result<T, E>
+where
+    F: std::future::Future<Output = Try<T, E>>,
+{
+    // The runtime's clock, which its sleeps follow.
+    let started = tokio::time::Instant::now();
+    loop {
+        match attempt().await {
+            Try::Done(value) => return Ok(value),
+            Try::Again(e) if started.elapsed() + backoff.upcoming() < patience => {
+                waiting(&e, backoff.upcoming());
+                backoff.wait().await;
+            }
+            Try::Again(e) | Try::Fail(e) => return Err(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,5 +90,35 @@ mod tests {
         assert_eq!(waits, [100, 200, 350, 350]);
         backoff.reset();
         assert_eq!(backoff.upcoming(), Duration::from_millis(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn patience_retries_transient_failures_only_while_a_try_fits() {
+        let tries = std::cell::Cell::new(0);
+        let backoff = || Backoff::new(Duration::from_secs(1), Duration::from_secs(1));
+        let attempt = || {
+            tries.set(tries.get() + 1);
+            async { Try::<(), _>::Again("down") }
+        };
+        let e = patiently(Duration::from_millis(3500), backoff(), attempt, |_, _| {}).await;
+        assert_eq!(
+            (e, tries.get()),
+            (Err("down"), 4),
+            "tries at 0, 1, 2 and 3 s"
+        );
+
+        tries.set(0);
+        let refused = || {
+            tries.set(tries.get() + 1);
+            async { Try::<(), _>::Fail("refused") }
+        };
+        let e = patiently(Duration::from_secs(60), backoff(), refused, |_, _| {}).await;
+        assert_eq!((e, tries.get()), (Err("refused"), 1));
+
+        let up = || async { Try::<_, &str>::Done(7) };
+        assert_eq!(
+            patiently(Duration::ZERO, backoff(), up, |_, _| {}).await,
+            Ok(7)
+        );
     }
 }

@@ -16,7 +16,7 @@ use tonic::metadata::MetadataValue;
 use super::wire::worker_protocol_client::WorkerProtocolClient;
 use super::wire::{self, server_to_worker::Message as ServerFrame, worker_to_server::Message};
 use super::{Shared, frames};
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, Try, patiently};
 use crate::session::{CancelReason, Inbound};
 use crate::sync::lock;
 
@@ -74,29 +74,31 @@ pub(super) async fn register_patiently(
     shared: &Shared,
     patience: Duration,
 ) -> anyhow::Result<Connection> {
-    let started = std::time::Instant::now();
-    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
-    loop {
+    let attempt = || async {
         match register(shared).await {
-            Ok(connection) => return Ok(connection),
-            Err(Failed::Transport(e)) if started.elapsed() + backoff.upcoming() < patience => {
-                tracing::warn!(
-                    "cannot reach the Aion server at {} yet, retrying in {:?}: {e}",
-                    shared.binding.address,
-                    backoff.upcoming()
-                );
-                backoff.wait().await;
-            }
-            Err(Failed::Transport(e)) => {
-                return Err(anyhow::anyhow!(e)).with_context(|| {
-                    format!(
-                        "tenant `{}`: cannot reach the Aion server at {} (is `aion server` running?)",
-                        shared.tenant, shared.binding.address
-                    )
-                });
-            }
-            Err(Failed::Refused(e)) => return Err(anyhow::anyhow!(e)),
+            Ok(connection) => Try::Done(connection),
+            Err(Failed::Transport(e)) => Try::Again(Failed::Transport(e)),
+            Err(refused) => Try::Fail(refused),
         }
+    };
+    let backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+    let registered = patiently(patience, backoff, attempt, |failed, wait| {
+        tracing::warn!(
+            "cannot reach the Aion server at {} yet, retrying in {wait:?}: {}",
+            shared.binding.address,
+            failed.message()
+        );
+    })
+    .await;
+    match registered {
+        Ok(connection) => Ok(connection),
+        Err(Failed::Transport(e)) => Err(anyhow::anyhow!(e)).with_context(|| {
+            format!(
+                "tenant `{}`: cannot reach the Aion server at {} (is `aion server` running?)",
+                shared.tenant, shared.binding.address
+            )
+        }),
+        Err(Failed::Refused(e)) => Err(anyhow::anyhow!(e)),
     }
 }
 

@@ -26,7 +26,7 @@ use temporalio_sdk_core::{
     init_worker,
 };
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, Try, patiently};
 use crate::config::{Compression, TemporalBinding};
 use crate::sandbox::TaskInfo;
 use crate::session::{
@@ -106,9 +106,7 @@ async fn connect_with_retry(
     compression: Compression,
     patience: Duration,
 ) -> anyhow::Result<Connection> {
-    let started = std::time::Instant::now();
-    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
-    loop {
+    let attempt = || async {
         let options = ConnectionOptions::new(url.clone())
             .identity(super::identity())
             .connect_timeout(Duration::from_secs(5))
@@ -118,15 +116,16 @@ async fn connect_with_retry(
             })
             .build();
         match Connection::connect(options).await {
-            Ok(connection) => return Ok(connection),
-            Err(e) if started.elapsed() + backoff.upcoming() < patience => {
-                let wait = backoff.upcoming();
-                tracing::warn!("cannot reach {url} yet, retrying in {wait:?}: {e}");
-                backoff.wait().await;
-            }
-            Err(e) => return Err(anyhow::Error::new(e)),
+            Ok(connection) => Try::Done(connection),
+            Err(e) => Try::Again(e),
         }
-    }
+    };
+    let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    patiently(patience, backoff, attempt, |e, wait| {
+        tracing::warn!("cannot reach {url} yet, retrying in {wait:?}: {e}");
+    })
+    .await
+    .map_err(anyhow::Error::new)
 }
 
 /// A protobuf duration (seconds and nanos); zero or negative is "none".
