@@ -281,14 +281,27 @@ fn a_type_with_its_own_limit_runs_one_at_a_time_and_holds_no_other_back() {
     let sleeps: Vec<String> = (0..3)
         .map(|_| start(&server, &queue, "demo:misbehave/api.sleep", &["1000"], &[]))
         .collect();
-    execute_completed(
+    let (greet, out) = execute(
         &server,
-        &corral,
         &queue,
         "Greet",
         &[r#"{"name":"Ada","language":"english"}"#, r#""casual""#],
+        &[],
     );
+    assert_eq!(out["status"], "COMPLETED", "{out}\n{}", corral.stderr());
     let infos = all_completed(&server, &sleeps);
+    // Another type is not held back: by the server's own clock, Greet was
+    // done before the second sleep (which waited for the first) was.
+    let greet_done = timestamp(&describe(&server, &greet)["lastAttemptCompleteTime"]);
+    let mut sleeps_done: Vec<f64> = infos
+        .iter()
+        .map(|i| timestamp(&i["lastAttemptCompleteTime"]))
+        .collect();
+    sleeps_done.sort_by(f64::total_cmp);
+    assert!(
+        greet_done < sleeps_done[1],
+        "Greet waited for the sleeps: done at {greet_done}, sleeps at {sleeps_done:?}"
+    );
     // All three were delivered at once (the tenant allows four), but they
     // ran one after another: the last cannot finish before three seconds of
     // sleeping have passed since the first was delivered.

@@ -257,12 +257,14 @@ mod tests {
             let permits = permits.clone();
             async move { permits.host_slot().await }
         });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // One thread: each spawned task runs until it waits, in turn, as
+        // soon as this one yields.
+        tokio::task::yield_now().await;
         let quiet_next = tokio::spawn({
             let permits = permits.clone();
             async move { permits.host_slot().await }
         });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::task::yield_now().await;
         drop(running);
         let first = noisy_next.await.unwrap().unwrap();
         assert!(!quiet_next.is_finished(), "first come, first served");

@@ -115,7 +115,11 @@ fn fixture_with(transport_failures: u32, permits: Permits) -> Fixture {
     };
     let registry = Registry::default();
     registry
-        .set_tenant(tenant, &[component], &[("Answer".into(), "answer".into())])
+        .set_tenant(
+            sandbox.prepare(tenant).unwrap(),
+            &[component],
+            &[("Answer".into(), "answer".into())],
+        )
         .unwrap();
     let (send, receive) = mpsc::channel(8);
     Fixture {
@@ -167,6 +171,17 @@ impl Fixture {
             reason: CancelReason::Requested,
         };
         self.send.send(cancel).await.unwrap();
+    }
+
+    /// Waits (at most five seconds) until `done` holds.
+    async fn until(&self, what: &str, done: impl Fn() -> bool) {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("never: {what}");
     }
 
     async fn wait_for_reports(&self, n: usize) -> Vec<(TaskKey, Report)> {
@@ -267,7 +282,8 @@ async fn a_requested_cancel_interrupts_a_stuck_guest_and_reports_cancelled() {
     let f = fixture(0);
     let serving = f.serve(Duration::from_secs(1));
     f.send.send(start(b"s", "spin")).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    f.until("the guest runs", || f.session.in_flight_count() == 1)
+        .await;
     f.cancel(b"s").await;
     let reports = f.wait_for_reports(1).await;
     assert!(
@@ -300,7 +316,10 @@ async fn tasks_in_flight_are_heartbeated_at_their_pace_until_they_end() {
     quick.heartbeat_every = Duration::from_millis(50);
     f.send.send(Inbound::Start(quick)).await.unwrap();
     f.wait_for_reports(1).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.until("three heartbeats of `s`", || {
+        f.engine.heartbeats_of(b"s").len() >= 3
+    })
+    .await;
 
     let beats = f.engine.heartbeats_of(b"s");
     assert!(beats.len() >= 3, "a running task is heartbeated: {beats:?}");
@@ -322,7 +341,19 @@ async fn tasks_in_flight_are_heartbeated_at_their_pace_until_they_end() {
     }
     f.wait_for_reports(3).await;
     let after = f.engine.heartbeats_of(b"s").len();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A task still running at the same pace: once it has been heartbeated
+    // three times, `s` would have been too, were it still pumped.
+    let Inbound::Start(mut witness) = start(b"x", "spin") else {
+        unreachable!()
+    };
+    witness.heartbeat_every = Duration::from_millis(50);
+    f.send.send(Inbound::Start(witness)).await.unwrap();
+    f.until("three heartbeats of the witness", || {
+        f.engine.heartbeats_of(b"x").len() >= 3
+    })
+    .await;
+    f.cancel(b"x").await;
+    f.wait_for_reports(4).await;
     assert_eq!(
         f.engine.heartbeats_of(b"s").len(),
         after,
@@ -337,13 +368,25 @@ async fn a_type_at_its_own_limit_waits_for_its_sibling() {
     let permits = Permits::new(8, []).with_type_limits("t", [("spin".to_owned(), 1)]);
     let f = fixture_with(0, permits.clone());
     let serving = f.serve(Duration::from_secs(1));
-    f.send.send(start(b"a", "spin")).await.unwrap();
-    f.send.send(start(b"b", "spin")).await.unwrap();
+    for key in [b"a", b"b"] {
+        let Inbound::Start(mut spin) = start(key, "spin") else {
+            unreachable!()
+        };
+        spin.heartbeat_every = Duration::from_millis(50);
+        f.send.send(Inbound::Start(spin)).await.unwrap();
+    }
     f.send.send(start(b"c", "Answer")).await.unwrap();
     // The other type is not held back.
     let reports = f.wait_for_reports(1).await;
     assert_eq!(reports[0], (b"c".to_vec(), Report::Completed(json!(42))));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Both in flight and heartbeated a few times: by then the second would
+    // hold a host slot too, were it not waiting for the first.
+    f.until("both spins heartbeated", || {
+        [b"a", b"b"]
+            .iter()
+            .all(|key| f.engine.heartbeats_of(*key).len() >= 3)
+    })
+    .await;
     assert_eq!(f.session.in_flight_count(), 2);
     assert_eq!(permits.host_usage().in_use, 1, "one spin runs, one waits");
     for key in [b"a", b"b"] {
@@ -366,7 +409,8 @@ async fn shutdown_waits_for_the_grace_period_then_interrupts_and_reports_everyth
     let serving = f.serve(Duration::from_millis(300));
     f.send.send(start(b"s", "spin")).await.unwrap();
     f.send.send(start(b"a", "answer")).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Both accepted: `a` reported, `s` spinning.
+    f.wait_for_reports(1).await;
     f.shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(10), serving)
         .await
