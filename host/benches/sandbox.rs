@@ -51,10 +51,10 @@ async fn overhead() -> Result<()> {
     let echo = sandbox
         .load_file(&example("echo"))
         .context("run examples/build.sh first")?;
-    let tenant = Tenant {
+    let tenant = sandbox.prepare(Tenant {
         name: "bench".into(),
         ..Tenant::default()
-    };
+    })?;
 
     // The raw floor: same engine (pooling, fuel), same component.
     let engine = sandbox.engine();
@@ -140,14 +140,14 @@ async fn in_flight() -> Result<()> {
         ..SandboxConfig::default()
     })?;
     let misbehave = sandbox.load_file(&example("misbehave"))?;
-    let tenant = Tenant {
+    let tenant = sandbox.prepare(Tenant {
         name: "bench".into(),
         limits: Limits {
             memory: 16 << 20,
             ..Limits::default()
         },
         ..Tenant::default()
-    };
+    })?;
     let linear = match sandbox
         .execute(
             &misbehave,

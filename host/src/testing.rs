@@ -55,7 +55,7 @@ use crate::connectors::local::{Canceller, LocalLoop, Submission};
 use crate::metrics::Metrics;
 use crate::sandbox::{
     ActivityType, DirGrant, DirMode, Failure, FailureClass, LoadError, LoadedComponent, LogLevel,
-    Outcome, Sandbox, SandboxConfig, Stream, TaskInfo, TaskObserver, Tenant,
+    Outcome, PreparedTenant, Sandbox, SandboxConfig, Stream, TaskInfo, TaskObserver, Tenant,
 };
 use crate::session::{Args, Permits, Registry, Session};
 
@@ -212,10 +212,10 @@ impl TestHostBuilder {
             .max_concurrent
             .unwrap_or(self.config.max_instances as usize);
         let sandbox = Sandbox::new(self.config)?;
-        sandbox.check_tenant(&self.tenant)?;
+        let tenant = sandbox.prepare(self.tenant)?;
         Ok(TestHost {
             sandbox,
-            tenant: self.tenant,
+            tenant,
             aliases: self.aliases,
             type_limits: self.type_limits,
             max_concurrent,
@@ -226,7 +226,7 @@ impl TestHostBuilder {
 /// A sandbox and one tenant, for tests.
 pub struct TestHost {
     sandbox: Arc<Sandbox>,
-    tenant: Tenant,
+    tenant: PreparedTenant,
     aliases: Vec<(String, String)>,
     type_limits: Vec<(String, usize)>,
     max_concurrent: usize,

@@ -182,3 +182,35 @@ async fn no_socket_can_be_opened_and_no_name_resolved() {
         .await;
     run.expect_failure(FailureClass::Application);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_is_the_directory_opened_at_start_even_once_moved_or_removed() {
+    let root = tempfile::tempdir().unwrap();
+    let granted = root.path().join("granted");
+    std::fs::create_dir(&granted).unwrap();
+    std::fs::write(granted.join("note.txt"), "the granted note").unwrap();
+    let host = host()
+        .dir(&granted, "/data", DirMode::ReadOnly)
+        .build()
+        .unwrap();
+    let files = load(&host, "files");
+    let read = || {
+        files
+            .call("demo:files/api.read")
+            .arg(json!("/data/note.txt"))
+    };
+
+    // Moved away, and another directory put at its path: the guest still
+    // reads the directory it was granted, not whatever the path names now.
+    let moved = root.path().join("moved");
+    std::fs::rename(&granted, &moved).unwrap();
+    std::fs::create_dir(&granted).unwrap();
+    std::fs::write(granted.join("note.txt"), "an impostor").unwrap();
+    assert_eq!(read().run().await.expect_ok(), &json!("the granted note"));
+
+    // Removed: the guest's own I/O error, not a host failure mid-task.
+    std::fs::remove_dir_all(&moved).unwrap();
+    let run = read().run().await;
+    let f = run.expect_failure(FailureClass::Application);
+    assert_eq!(f.kind, "NotFound", "{f}");
+}

@@ -121,9 +121,10 @@ pub async fn run(args: Args) -> ExitCode {
         Ok(sandbox) => sandbox,
         Err(e) => return usage_error(format!("{e:#}")),
     };
-    if let Err(e) = sandbox.check_tenant(&tenant) {
-        return usage_error(e);
-    }
+    let tenant = match sandbox.prepare(tenant) {
+        Ok(tenant) => tenant,
+        Err(e) => return usage_error(e),
+    };
     let component = match sandbox.load_file(&args.file) {
         Ok(component) => component,
         Err(e) => return usage_error(format!("cannot load `{}`: {e}", args.file.display())),

@@ -83,20 +83,16 @@ pub async fn run(
             .or_else(default_cache_dir),
         ..SandboxConfig::default()
     })?;
+    let mut specs = Vec::with_capacity(config.tenants.len());
     for t in &config.tenants {
-        sandbox.check_tenant(&t.tenant)?;
+        specs.push(TenantSpec {
+            tenant: sandbox.prepare(t.tenant.clone())?,
+            aliases: t.aliases.clone().into_iter().collect(),
+            quota: t.quota,
+        });
     }
     let registry = Arc::new(Registry::default());
     let metrics = Arc::new(Metrics::default());
-    let specs = config
-        .tenants
-        .iter()
-        .map(|t| TenantSpec {
-            tenant: t.tenant.clone(),
-            aliases: t.aliases.clone().into_iter().collect(),
-            quota: t.quota,
-        })
-        .collect();
     let catalog = Catalog::open(
         sandbox.clone(),
         registry.clone(),

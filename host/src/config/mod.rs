@@ -441,7 +441,7 @@ impl Config {
             };
             tenant
                 .capabilities
-                .validate()
+                .check()
                 .map_err(|e| ConfigError(format!("{}: {e}", key("capabilities"))))?;
             let quota = Quota {
                 versions: positive(

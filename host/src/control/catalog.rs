@@ -15,13 +15,13 @@ use sha2::{Digest, Sha256};
 pub use super::errors::{CatalogError, ControlError};
 use super::store::{Index, Quota, Store, TenantIndex, Version};
 use crate::metrics::Metrics;
-use crate::sandbox::{LoadError, LoadedComponent, Sandbox, Tenant};
+use crate::sandbox::{LoadError, LoadedComponent, PreparedTenant, Sandbox};
 use crate::session::Registry;
 
 /// A tenant as configured: its policy and its configuration-wide aliases.
 #[derive(Debug, Clone)]
 pub struct TenantSpec {
-    pub tenant: Tenant,
+    pub tenant: PreparedTenant,
     pub aliases: Vec<(String, String)>,
     /// What the tenant may keep stored.
     pub quota: Quota,

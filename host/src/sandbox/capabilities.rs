@@ -3,18 +3,15 @@
 //! host), no stdin, no sockets, outbound HTTP only to granted hosts.
 //! Clocks and random are always available.
 //!
-//! A tenant's policy is validated once ([`Capabilities::validate`]); each
-//! task then builds its cheap WASI context from it.
+//! A tenant's policy is checked and its directories opened once
+//! ([`Sandbox::prepare`](super::Sandbox::prepare)); each task then builds its
+//! cheap WASI context from that.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
-
 use super::http::HttpHost;
-use super::stdio::GuestOutput;
 
 /// How a granted directory may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,106 +60,15 @@ pub struct Capabilities {
     pub dirs: Vec<DirGrant>,
     /// The guest's whole environment.
     pub env: Vec<(String, String)>,
-    /// Where the guest may send HTTP requests (`wasi:http`); none when
-    /// empty, and a component importing `wasi:http` is then refused.
+    /// Where the guest may send HTTP requests (`wasi:http`); every request
+    /// is denied when empty.
     pub http_hosts: Arc<[HttpHost]>,
 }
 
-/// The import prefix that needs an `http_hosts` grant.
 /// Most random bytes one `wasi:random` call may ask for (wasmtime's default
 /// is 64 MiB, built in host memory before the guest sees a byte). Language
 /// runtimes ask for a few dozen bytes at a time.
 pub(crate) const MAX_RANDOM_BYTES: u64 = 1 << 20;
-
-/// A policy that cannot be applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyError(pub String);
-
-impl fmt::Display for PolicyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for PolicyError {}
-
-impl Capabilities {
-    /// Checks the policy once, before any task runs, so that no policy error
-    /// can surface mid-task: every granted host directory exists, guest
-    /// paths are absolute and distinct, env names are well-formed.
-    pub fn validate(&self) -> Result<(), PolicyError> {
-        for (i, grant) in self.dirs.iter().enumerate() {
-            let meta = std::fs::metadata(&grant.host).map_err(|e| {
-                PolicyError(format!(
-                    "granted directory `{}` cannot be opened: {e}",
-                    grant.host.display()
-                ))
-            })?;
-            if !meta.is_dir() {
-                return Err(PolicyError(format!(
-                    "granted path `{}` is not a directory",
-                    grant.host.display()
-                )));
-            }
-            if !grant.guest.starts_with('/') {
-                return Err(PolicyError(format!(
-                    "guest path `{}` must be absolute (e.g. /data)",
-                    grant.guest
-                )));
-            }
-            if self.dirs[..i].iter().any(|g| g.guest == grant.guest) {
-                return Err(PolicyError(format!(
-                    "guest path `{}` is granted twice",
-                    grant.guest
-                )));
-            }
-        }
-        for (name, _) in &self.env {
-            if name.is_empty() || name.contains('=') || name.contains('\0') {
-                return Err(PolicyError(format!(
-                    "environment variable name `{name}` is not valid"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// The WASI context of one task. Sockets: TCP and UDP are off and no
-    /// address passes the check; name lookup is off.
-    pub(crate) fn wasi_ctx(
-        &self,
-        stdout: GuestOutput,
-        stderr: GuestOutput,
-    ) -> Result<WasiCtx, PolicyError> {
-        let mut builder = WasiCtxBuilder::new();
-        builder
-            .stdout(stdout)
-            .stderr(stderr)
-            .envs(&self.env)
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            // The host builds random bytes in full before the guest gets
-            // them: a guest may not make it build more than this at once.
-            .max_random_size(MAX_RANDOM_BYTES)
-            .socket_addr_check(|_, _| Box::pin(async { false }));
-        for grant in &self.dirs {
-            let perms = match grant.mode {
-                DirMode::ReadOnly => FsPerms::ReadOnly,
-                DirMode::ReadWrite => FsPerms::ReadWrite,
-            };
-            builder
-                .preopened_dir(&grant.host, &grant.guest, perms)
-                .map_err(|e| {
-                    PolicyError(format!(
-                        "granted directory `{}` cannot be opened: {e}",
-                        grant.host.display()
-                    ))
-                })?;
-        }
-        Ok(builder.build())
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -188,48 +94,5 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown mode `rx`")
         );
-    }
-
-    #[test]
-    fn validation_names_the_bad_grant() {
-        let missing = Capabilities {
-            dirs: vec!["/no/such/dir:/data".parse().unwrap()],
-            env: vec![],
-            ..Capabilities::default()
-        };
-        let err = missing.validate().unwrap_err().to_string();
-        assert!(err.contains("/no/such/dir"), "{err}");
-
-        let dir = tempfile::tempdir().unwrap();
-        let host = dir.path().display().to_string();
-        let relative = Capabilities {
-            dirs: vec![format!("{host}:data").parse().unwrap()],
-            env: vec![],
-            ..Capabilities::default()
-        };
-        assert!(
-            relative
-                .validate()
-                .unwrap_err()
-                .0
-                .contains("must be absolute")
-        );
-
-        let twice = Capabilities {
-            dirs: vec![
-                format!("{host}:/d").parse().unwrap(),
-                format!("{host}:/d:rw").parse().unwrap(),
-            ],
-            env: vec![],
-            ..Capabilities::default()
-        };
-        assert!(twice.validate().unwrap_err().0.contains("granted twice"));
-
-        let env = Capabilities {
-            dirs: vec![],
-            env: vec![("A=B".into(), "x".into())],
-            ..Capabilities::default()
-        };
-        assert!(env.validate().unwrap_err().0.contains("`A=B`"));
     }
 }

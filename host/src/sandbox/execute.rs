@@ -12,7 +12,6 @@ use wasmtime::component::{ResourceTable, Val};
 use wasmtime::{CallHook, Store};
 use wasmtime_wasi_http::WasiHttpCtx;
 
-use super::capabilities::{Capabilities, PolicyError};
 use super::classify::{Evidence, classify, listed_names, shown_name};
 use super::component::LoadedComponent;
 use super::context::{TaskInfo, TaskState, activity_info};
@@ -20,20 +19,12 @@ use super::convert::{self, from_json, to_json};
 use super::engine::Sandbox;
 use super::failure::{Failure, FailureClass, Outcome, RetryPolicy};
 use super::http::HttpPolicy;
-use super::limits::{Limiter, Limits, format_bytes};
+use super::limits::{Limiter, Limits};
 use super::observer::{Stream, TaskObserver, Unobserved};
 use super::stdio::{Capture, GuestOutput, TaskLabels};
+use super::tenant::PreparedTenant;
 use super::watchdog::{Interrupt, Verdict, Watchdog};
 use crate::sync::lock;
-
-/// A tenant's policy: its limits, capabilities and retry defaults.
-#[derive(Debug, Clone, Default)]
-pub struct Tenant {
-    pub name: String,
-    pub limits: Limits,
-    pub capabilities: Capabilities,
-    pub retry: RetryPolicy,
-}
 
 /// One attempt of an activity to run.
 pub struct Task {
@@ -80,40 +71,12 @@ enum Ended {
 }
 
 impl Sandbox {
-    /// Checks a tenant's policy against this host before any of its tasks
-    /// runs, so no policy error can surface mid-task.
-    pub fn check_tenant(&self, tenant: &Tenant) -> Result<(), PolicyError> {
-        tenant.capabilities.validate()?;
-        let limits = &tenant.limits;
-        if limits.memory > self.config.max_memory {
-            return Err(PolicyError(format!(
-                "tenant `{}`: memory limit {} is above the host's maximum of {}",
-                tenant.name,
-                format_bytes(limits.memory),
-                format_bytes(self.config.max_memory)
-            )));
-        }
-        if limits.table_elements > self.config.max_table_elements {
-            return Err(PolicyError(format!(
-                "tenant `{}`: table limit of {} elements is above the host's maximum of {}",
-                tenant.name, limits.table_elements, self.config.max_table_elements
-            )));
-        }
-        if limits.timeout == Some(Duration::ZERO) {
-            return Err(PolicyError(format!(
-                "tenant `{}`: timeout must be above zero",
-                tenant.name
-            )));
-        }
-        Ok(())
-    }
-
     /// Runs one task to its classified outcome. Never panics on anything a
     /// guest or its input can do; the instance is gone when this returns.
     pub async fn execute(
         &self,
         component: &LoadedComponent,
-        tenant: &Tenant,
+        tenant: &PreparedTenant,
         task: Task,
     ) -> Outcome {
         let policy = &tenant.retry;
@@ -167,12 +130,12 @@ impl Sandbox {
             activity_id: task.info.activity_id.clone(),
         };
         let capture = Capture::new(labels.clone(), task.observer.clone(), limits.max_stdio);
-        let wasi = match tenant.capabilities.wasi_ctx(
+        let wasi = match tenant.wasi_ctx(
             GuestOutput::new(Stream::Stdout, &capture),
             GuestOutput::new(Stream::Stderr, &capture),
         ) {
             Ok(wasi) => wasi,
-            Err(e) => return Err(Failure::new(FailureClass::Host, policy, e.0)),
+            Err(e) => return Err(Failure::new(FailureClass::Host, policy, e.to_string())),
         };
         let deadline_unix_ms = timeout.map(|t| {
             (SystemTime::now() + t)

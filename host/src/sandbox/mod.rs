@@ -15,14 +15,15 @@ mod limits;
 mod observer;
 mod signature;
 mod stdio;
+mod tenant;
 mod watchdog;
 
-pub use capabilities::{Capabilities, DirGrant, DirMode, PolicyError};
+pub use capabilities::{Capabilities, DirGrant, DirMode};
 pub use classify::{listed_names, shown_name};
 pub use component::{LoadError, LoadedComponent};
 pub use context::TaskInfo;
 pub use engine::{PerComponent, Sandbox, SandboxConfig};
-pub use execute::{Task, Tenant};
+pub use execute::Task;
 pub use failure::{Failure, FailureClass, Outcome, RetryPolicy};
 pub use http::HttpHost;
 pub use limits::{Limits, format_bytes, parse_bytes, parse_duration};
@@ -30,3 +31,4 @@ pub use observer::{LogLevel, Stream, TaskObserver, Unobserved};
 pub use signature::{
     ActivityDescription, ActivityType, ParamDescription, UnsupportedExport, render,
 };
+pub use tenant::{PolicyError, PreparedTenant, Tenant};

@@ -9,12 +9,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use crate::sandbox::{LoadedComponent, Tenant};
+use crate::sandbox::{LoadedComponent, PreparedTenant};
 
 /// Where a task goes.
 #[derive(Debug, Clone)]
 pub struct Route {
-    pub tenant: Arc<Tenant>,
+    pub tenant: Arc<PreparedTenant>,
     pub component: Arc<LoadedComponent>,
     /// The full activity type name inside the component.
     pub activity: String,
@@ -23,7 +23,7 @@ pub struct Route {
 /// One tenant's policy and routes, replaced as a whole.
 #[derive(Debug)]
 struct TenantRoutes {
-    tenant: Arc<Tenant>,
+    tenant: Arc<PreparedTenant>,
     routes: HashMap<String, Route>,
 }
 
@@ -70,7 +70,7 @@ impl Registry {
     /// exports, are refused, and the tenant keeps its previous routes.
     pub fn set_tenant(
         &self,
-        tenant: Tenant,
+        tenant: PreparedTenant,
         components: &[Arc<LoadedComponent>],
         aliases: &[(String, String)],
     ) -> Result<(), RouteError> {
@@ -83,7 +83,7 @@ impl Registry {
     ///
     /// [`install`]: Registry::install
     pub fn prepare(
-        tenant: Tenant,
+        tenant: PreparedTenant,
         components: &[Arc<LoadedComponent>],
         aliases: &[(String, String)],
     ) -> Result<TenantTable, RouteError> {
@@ -103,7 +103,7 @@ impl Registry {
     }
 
     fn build(
-        tenant: Arc<Tenant>,
+        tenant: Arc<PreparedTenant>,
         components: &[Arc<LoadedComponent>],
         aliases: &[(String, String)],
     ) -> Result<TenantRoutes, RouteError> {
@@ -190,7 +190,7 @@ impl Registry {
     }
 
     /// A tenant's policy.
-    pub fn tenant(&self, name: &str) -> Option<Arc<Tenant>> {
+    pub fn tenant(&self, name: &str) -> Option<Arc<PreparedTenant>> {
         self.tenant_routes(name).map(|t| t.tenant.clone())
     }
 

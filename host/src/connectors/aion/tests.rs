@@ -233,6 +233,7 @@ async fn serve_script(
         name: "t".into(),
         ..Tenant::default()
     };
+    let tenant = sandbox.prepare(tenant).unwrap();
     registry.set_tenant(tenant, &[component], &[]).unwrap();
     let permits = Permits::new(4, [("t".to_owned(), limit)])
         .with_type_limits("t", type_limits.iter().map(|(n, l)| ((*n).to_owned(), *l)));
@@ -421,6 +422,7 @@ async fn a_new_registration_runs_beside_the_old_stream_which_loses_nothing() {
         name: "t".into(),
         ..Tenant::default()
     };
+    let tenant = sandbox.prepare(tenant).unwrap();
     served.registry.set_tenant(tenant, &[wider], &[]).unwrap();
 
     let result_of = |token: &'static str| {

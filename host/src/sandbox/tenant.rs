@@ -1,0 +1,307 @@
+//! A tenant's policy, and the same policy checked against this host with
+//! its capabilities prepared: [`PreparedTenant`], the only form a task runs
+//! under, built only by [`Sandbox::prepare`].
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
+
+use super::capabilities::{Capabilities, DirMode, MAX_RANDOM_BYTES};
+use super::engine::Sandbox;
+use super::failure::RetryPolicy;
+use super::limits::{Limits, format_bytes};
+use super::stdio::GuestOutput;
+
+/// A tenant's policy: its limits, capabilities and retry defaults, as
+/// configured. [`Sandbox::prepare`] checks it.
+#[derive(Debug, Clone, Default)]
+pub struct Tenant {
+    pub name: String,
+    pub limits: Limits,
+    pub capabilities: Capabilities,
+    pub retry: RetryPolicy,
+}
+
+/// A policy this host cannot apply, naming what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("granted directory `{}` cannot be opened", path.display())]
+    DirUnopenable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("granted path `{}` is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    #[error("guest path `{0}` must be absolute (e.g. /data)")]
+    GuestPathRelative(String),
+    #[error("guest path `{0}` is granted twice")]
+    GrantedTwice(String),
+    #[error("environment variable name `{0}` is not valid")]
+    EnvName(String),
+    #[error("tenant `{tenant}`: memory limit {limit} is above the host's maximum of {max}", limit = format_bytes(*.limit), max = format_bytes(*.max))]
+    Memory {
+        tenant: String,
+        limit: u64,
+        max: u64,
+    },
+    #[error(
+        "tenant `{tenant}`: table limit of {limit} elements is above the host's maximum of {max}"
+    )]
+    Tables {
+        tenant: String,
+        limit: u64,
+        max: u64,
+    },
+    #[error("tenant `{0}`: timeout must be above zero")]
+    ZeroTimeout(String),
+}
+
+/// A granted directory, opened once when the tenant was prepared.
+#[derive(Debug)]
+struct OpenDir {
+    /// Held open: the grant is this directory, wherever it is moved to.
+    handle: std::fs::File,
+    /// Where each task's context reopens it: the handle's own entry in
+    /// `/proc/self/fd`, or the granted path where there is none.
+    path: PathBuf,
+    guest: String,
+    perms: FsPerms,
+}
+
+/// A tenant checked against this host, its directories opened: a task can
+/// only run under one, and a capability that cannot be prepared is an error
+/// when the tenant is configured or deployed, never in the middle of a
+/// task.
+#[derive(Debug, Clone)]
+pub struct PreparedTenant {
+    tenant: Tenant,
+    dirs: Arc<[OpenDir]>,
+}
+
+impl std::ops::Deref for PreparedTenant {
+    type Target = Tenant;
+
+    fn deref(&self) -> &Tenant {
+        &self.tenant
+    }
+}
+
+impl Sandbox {
+    /// Checks a tenant's policy against this host and prepares its
+    /// capabilities: every granted directory exists and is opened, guest
+    /// paths are absolute and distinct, env names are well-formed, and the
+    /// limits fit the host's pool.
+    pub fn prepare(&self, tenant: Tenant) -> Result<PreparedTenant, PolicyError> {
+        let config = self.config();
+        let limits = &tenant.limits;
+        if limits.memory > config.max_memory {
+            return Err(PolicyError::Memory {
+                tenant: tenant.name.clone(),
+                limit: limits.memory,
+                max: config.max_memory,
+            });
+        }
+        if limits.table_elements > config.max_table_elements {
+            return Err(PolicyError::Tables {
+                tenant: tenant.name.clone(),
+                limit: limits.table_elements,
+                max: config.max_table_elements,
+            });
+        }
+        if limits.timeout == Some(Duration::ZERO) {
+            return Err(PolicyError::ZeroTimeout(tenant.name.clone()));
+        }
+        let dirs = open_dirs(&tenant.capabilities)?;
+        Ok(PreparedTenant {
+            tenant,
+            dirs: dirs.into(),
+        })
+    }
+}
+
+impl Capabilities {
+    /// What [`Sandbox::prepare`] checks of the capabilities, without keeping
+    /// anything open: for a configuration read before any sandbox exists.
+    pub fn check(&self) -> Result<(), PolicyError> {
+        open_dirs(self).map(drop)
+    }
+}
+
+fn open_dirs(capabilities: &Capabilities) -> Result<Vec<OpenDir>, PolicyError> {
+    for (name, _) in &capabilities.env {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(PolicyError::EnvName(name.clone()));
+        }
+    }
+    let mut dirs = Vec::with_capacity(capabilities.dirs.len());
+    for (i, grant) in capabilities.dirs.iter().enumerate() {
+        let unopenable = |source| PolicyError::DirUnopenable {
+            path: grant.host.clone(),
+            source,
+        };
+        let meta = std::fs::metadata(&grant.host).map_err(unopenable)?;
+        if !meta.is_dir() {
+            return Err(PolicyError::NotADirectory(grant.host.clone()));
+        }
+        if !grant.guest.starts_with('/') {
+            return Err(PolicyError::GuestPathRelative(grant.guest.clone()));
+        }
+        if capabilities.dirs[..i]
+            .iter()
+            .any(|g| g.guest == grant.guest)
+        {
+            return Err(PolicyError::GrantedTwice(grant.guest.clone()));
+        }
+        let handle = std::fs::File::open(&grant.host).map_err(unopenable)?;
+        let own = PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd()));
+        let path = if reopens(&own) {
+            own
+        } else {
+            grant.host.clone()
+        };
+        dirs.push(OpenDir {
+            handle,
+            path,
+            guest: grant.guest.clone(),
+            perms: match grant.mode {
+                DirMode::ReadOnly => FsPerms::ReadOnly,
+                DirMode::ReadWrite => FsPerms::ReadWrite,
+            },
+        });
+    }
+    Ok(dirs)
+}
+
+/// Whether a directory can be opened through `path` (no `/proc` here).
+fn reopens(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+impl PreparedTenant {
+    /// The WASI context of one task. Sockets: TCP and UDP are off and no
+    /// address passes the check; name lookup is off. Directories are
+    /// reopened from the handles held since the tenant was prepared; one
+    /// removed since then is an empty directory to the guest.
+    pub(crate) fn wasi_ctx(
+        &self,
+        stdout: GuestOutput,
+        stderr: GuestOutput,
+    ) -> Result<WasiCtx, PolicyError> {
+        let mut builder = WasiCtxBuilder::new();
+        builder
+            .stdout(stdout)
+            .stderr(stderr)
+            .envs(&self.tenant.capabilities.env)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            // The host builds random bytes in full before the guest gets
+            // them: a guest may not make it build more than this at once.
+            .max_random_size(MAX_RANDOM_BYTES)
+            .socket_addr_check(|_, _| Box::pin(async { false }));
+        for dir in self.dirs.iter() {
+            // The handle outlives this call: the path names it.
+            let _held = &dir.handle;
+            builder
+                .preopened_dir(&dir.path, &dir.guest, dir.perms)
+                .map_err(|e| PolicyError::DirUnopenable {
+                    path: dir.path.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+        }
+        Ok(builder.build())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::SandboxConfig;
+
+    fn sandbox() -> Arc<Sandbox> {
+        Sandbox::new(SandboxConfig {
+            max_instances: 1,
+            ..SandboxConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn with(capabilities: Capabilities) -> Tenant {
+        Tenant {
+            name: "t".into(),
+            capabilities,
+            ..Tenant::default()
+        }
+    }
+
+    #[test]
+    fn preparing_names_the_bad_grant() {
+        let sandbox = sandbox();
+        let missing = with(Capabilities {
+            dirs: vec!["/no/such/dir:/data".parse().unwrap()],
+            ..Capabilities::default()
+        });
+        let err = sandbox.prepare(missing).unwrap_err();
+        assert!(matches!(err, PolicyError::DirUnopenable { .. }), "{err}");
+        assert!(err.to_string().contains("/no/such/dir"), "{err}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().display().to_string();
+        let relative = with(Capabilities {
+            dirs: vec![format!("{host}:data").parse().unwrap()],
+            ..Capabilities::default()
+        });
+        let err = sandbox.prepare(relative).unwrap_err();
+        assert!(err.to_string().contains("must be absolute"), "{err}");
+
+        let twice = with(Capabilities {
+            dirs: vec![
+                format!("{host}:/d").parse().unwrap(),
+                format!("{host}:/d:rw").parse().unwrap(),
+            ],
+            ..Capabilities::default()
+        });
+        let err = sandbox.prepare(twice).unwrap_err();
+        assert!(err.to_string().contains("granted twice"), "{err}");
+
+        let env = with(Capabilities {
+            env: vec![("A=B".into(), "x".into())],
+            ..Capabilities::default()
+        });
+        let err = sandbox.prepare(env).unwrap_err();
+        assert!(err.to_string().contains("`A=B`"), "{err}");
+    }
+
+    #[test]
+    fn a_granted_directory_is_the_one_opened_at_start_wherever_it_goes() {
+        let root = tempfile::tempdir().unwrap();
+        let granted = root.path().join("granted");
+        std::fs::create_dir(&granted).unwrap();
+        std::fs::write(granted.join("note"), "hi").unwrap();
+        let tenant = with(Capabilities {
+            dirs: vec![format!("{}:/data", granted.display()).parse().unwrap()],
+            ..Capabilities::default()
+        });
+        let prepared = sandbox().prepare(tenant).unwrap();
+        // Moved away, and another directory put in its place: the task
+        // still sees the one that was granted.
+        let moved = root.path().join("moved");
+        std::fs::rename(&granted, &moved).unwrap();
+        std::fs::create_dir(&granted).unwrap();
+        let reopened = std::fs::read_dir(&prepared.dirs[0].path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect::<Vec<_>>();
+        assert_eq!(reopened, ["note"]);
+        // Removed: still reopened (empty), not an error mid-task.
+        std::fs::remove_file(moved.join("note")).unwrap();
+        std::fs::remove_dir(&moved).unwrap();
+        assert_eq!(
+            std::fs::read_dir(&prepared.dirs[0].path).unwrap().count(),
+            0
+        );
+    }
+}
