@@ -3,18 +3,17 @@
 //! ready-to-paste `temporal activity execute` line per activity type, and
 //! stops everything on Ctrl-C.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
-use std::time::Duration;
 
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
-use corral::config::{Compression, Config, Engine, HostConfig, TemporalBinding, TenantConfig};
+use corral::config::{Config, ConfigError};
 use corral::dev_server::{dev_server_args, free_loopback_port};
-use corral::sandbox::{Limits, Tenant, convert};
+use corral::sandbox::convert;
 use corral::session::Registry;
+use serde_json::Value;
 
 use super::serve::{run, signal_shutdown};
 use super::usage_error;
@@ -41,6 +40,37 @@ fn default_components() -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
+}
+
+/// `corral dev`'s configuration, written as an operator's file would be and
+/// read through the same checks: one tenant, `dev`, serving `files` on the
+/// dev server at `address`.
+fn dev_config(address: &str, files: &[PathBuf]) -> Result<Config, ConfigError> {
+    // A JSON string is a TOML basic string.
+    let quote = |text: &str| Value::from(text).to_string();
+    let components: Vec<String> = files
+        .iter()
+        .map(|file| quote(&file.display().to_string()))
+        .collect();
+    let text = format!(
+        r#"
+[host]
+max_concurrent = 32
+shutdown_grace = "10s"
+connect_timeout = "60s"
+
+[[tenant]]
+name = "dev"
+# Its own server on loopback: compressing buys nothing.
+temporal = {{ address = {address}, namespace = "default", task_queue = {queue}, compression = "none" }}
+limits = {{ max_concurrent = 16 }}
+components = [{components}]
+"#,
+        address = quote(&format!("http://{address}")),
+        queue = quote(TASK_QUEUE),
+        components = components.join(", "),
+    );
+    Config::parse(&text, Path::new("."))
 }
 
 pub async fn dev(args: Args) -> ExitCode {
@@ -88,33 +118,9 @@ pub async fn dev(args: Args) -> ExitCode {
         Ok(server) => server,
         Err(e) => return usage_error(format!("cannot start `temporal server start-dev`: {e}")),
     };
-    let config = Config {
-        host: HostConfig {
-            max_concurrent: 32,
-            shutdown_grace: Duration::from_secs(10),
-            connect_timeout: Duration::from_secs(60),
-            ..HostConfig::default()
-        },
-        tenants: vec![TenantConfig {
-            tenant: Tenant {
-                name: "dev".to_owned(),
-                limits: Limits::default(),
-                ..Tenant::default()
-            },
-            token_sha256: None,
-            max_concurrent: 16,
-            type_limits: BTreeMap::new(),
-            engine: Engine::Temporal(TemporalBinding {
-                address: format!("http://{address}"),
-                namespace: "default".to_owned(),
-                task_queue: TASK_QUEUE.to_owned(),
-                // Its own server on loopback: compressing buys nothing.
-                compression: Compression::None,
-            }),
-            components: files,
-            aliases: BTreeMap::new(),
-            quota: corral::control::store::Quota::default(),
-        }],
+    let config = match dev_config(&address, &files) {
+        Ok(config) => config,
+        Err(e) => return usage_error(e),
     };
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone(), false));

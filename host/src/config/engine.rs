@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::ConfigError;
+use super::{ConfigError, invalid};
 
 /// Which engine a tenant's tasks come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,27 +92,26 @@ pub(super) fn validate(
     key: &dyn Fn(&str) -> String,
 ) -> Result<Engine, ConfigError> {
     match (temporal, aion) {
-        (Some(_), Some(_)) => Err(ConfigError(format!(
-            "{}: a tenant serves one engine; remove `temporal` or `aion`",
-            key("aion")
-        ))),
-        (None, None) => Err(ConfigError(format!(
-            "{}: missing (the engine this tenant serves: `temporal = {{…}}` or `aion = {{…}}`)",
-            key("temporal")
-        ))),
+        (Some(_), Some(_)) => Err(invalid(
+            key("aion"),
+            "a tenant serves one engine; remove `temporal` or `aion`",
+        )),
+        (None, None) => Err(invalid(
+            key("temporal"),
+            "missing (the engine this tenant serves: `temporal = {…}` or `aion = {…}`)",
+        )),
         (Some(temporal), None) => {
             if !has_scheme(&temporal.address) {
-                return Err(ConfigError(format!(
-                    "{}: `{}` must be a URL such as http://127.0.0.1:7233",
+                return Err(invalid(
                     key("temporal.address"),
-                    temporal.address
-                )));
+                    format!(
+                        "`{}` must be a URL such as http://127.0.0.1:7233",
+                        temporal.address
+                    ),
+                ));
             }
             if temporal.task_queue.is_empty() {
-                return Err(ConfigError(format!(
-                    "{}: must not be empty",
-                    key("temporal.task_queue")
-                )));
+                return Err(invalid(key("temporal.task_queue"), "must not be empty"));
             }
             Ok(Engine::Temporal(temporal))
         }
@@ -124,18 +123,20 @@ pub(super) fn validate(
                 format!("http://{}", aion.address)
             };
             if address.parse::<hyper::Uri>().is_err() || aion.address.is_empty() {
-                return Err(ConfigError(format!(
-                    "{}: `{}` is not an address such as 127.0.0.1:50051",
+                return Err(invalid(
                     key("aion.address"),
-                    aion.address
-                )));
+                    format!(
+                        "`{}` is not an address such as 127.0.0.1:50051",
+                        aion.address
+                    ),
+                ));
             }
             for (field, value) in [
                 ("aion.namespace", &aion.namespace),
                 ("aion.task_queue", &aion.task_queue),
             ] {
                 if value.is_empty() {
-                    return Err(ConfigError(format!("{}: must not be empty", key(field))));
+                    return Err(invalid(key(field), "must not be empty"));
                 }
             }
             Ok(Engine::Aion(AionBinding {

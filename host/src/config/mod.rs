@@ -38,6 +38,7 @@ use serde::Deserialize;
 
 use crate::control::TlsFiles;
 use crate::control::store::Quota;
+use crate::sandbox::PolicyError;
 
 mod engine;
 
@@ -51,12 +52,14 @@ use crate::sandbox::{
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Config {
     pub host: HostConfig,
     pub tenants: Vec<TenantConfig>,
 }
 
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HostConfig {
     pub max_concurrent: usize,
     pub shutdown_grace: Duration,
@@ -96,6 +99,7 @@ impl Default for HostConfig {
 }
 
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TenantConfig {
     pub tenant: Tenant,
     /// Hex SHA-256 of the tenant's admin API token.
@@ -112,17 +116,40 @@ pub struct TenantConfig {
     pub quota: Quota,
 }
 
-/// A configuration that cannot be used, naming the key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// A configuration that cannot be used, naming the key. Its `Display` is
+/// the whole story (what an operator reads); `source()` gives the cause
+/// where there is one.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading `{}`: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A problem inside the file at `path`.
+    #[error("{}: {source}", path.display())]
+    InFile {
+        path: PathBuf,
+        source: Box<ConfigError>,
+    },
+    /// Not TOML, or not the shape of a configuration.
+    #[error("{}", .0.to_string().trim_end())]
+    Syntax(toml::de::Error),
+    /// A value that cannot be used.
+    #[error("{key}: {problem}")]
+    Invalid { key: String, problem: String },
+    /// Capabilities this host cannot grant.
+    #[error("{key}: {source}")]
+    Policy { key: String, source: PolicyError },
 }
 
-impl std::error::Error for ConfigError {}
+/// A value at `key` that cannot be used, and why.
+fn invalid(key: impl Into<String>, problem: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        problem: problem.to_string(),
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -222,17 +249,21 @@ struct RawDir {
 impl Config {
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError(format!("reading `{}`: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Config::parse(&text, base).map_err(|e| ConfigError(format!("{}: {e}", path.display())))
+        Config::parse(&text, base).map_err(|e| ConfigError::InFile {
+            path: path.to_owned(),
+            source: Box::new(e),
+        })
     }
 
     /// Parses and validates configuration text; relative paths are resolved
     /// against `base`.
     pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
-        let raw: RawConfig =
-            toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim_end().to_owned()))?;
+        let raw: RawConfig = toml::from_str(text).map_err(ConfigError::Syntax)?;
         let host = HostConfig {
             max_concurrent: positive(raw.host.max_concurrent, 256, "host.max_concurrent")?,
             shutdown_grace: duration(
@@ -267,15 +298,17 @@ impl Config {
                 None | Some("text") => false,
                 Some("json") => true,
                 Some(other) => {
-                    return Err(ConfigError(format!(
-                        "host.log_format: `{other}` is not text or json"
-                    )));
+                    return Err(invalid(
+                        "host.log_format",
+                        format!("`{other}` is not text or json"),
+                    ));
                 }
             },
         };
         if host.admin_listen.is_some() && host.data_dir.is_none() {
-            return Err(ConfigError(
-                "host.data_dir: required with host.admin_listen, so uploaded components survive a restart".into(),
+            return Err(invalid(
+                "host.data_dir",
+                "required with host.admin_listen, so uploaded components survive a restart",
             ));
         }
         if let Some(address) = host.admin_listen
@@ -283,20 +316,25 @@ impl Config {
             && host.admin_tls.is_none()
             && !raw.host.admin_plaintext
         {
-            return Err(ConfigError(format!(
-                "host.admin_listen: {address} is reachable from other machines, and tokens \
-                 would cross the network in clear text: set host.admin_tls, or \
-                 host.admin_plaintext = true if something else encrypts the traffic"
-            )));
+            return Err(invalid(
+                "host.admin_listen",
+                format!(
+                    "{address} is reachable from other machines, and tokens would cross the \
+                     network in clear text: set host.admin_tls, or host.admin_plaintext = true \
+                     if something else encrypts the traffic"
+                ),
+            ));
         }
         if host.admin_tls.is_some() && host.admin_listen.is_none() {
-            return Err(ConfigError(
-                "host.admin_tls: set host.admin_listen too (TLS for which endpoint?)".into(),
+            return Err(invalid(
+                "host.admin_tls",
+                "set host.admin_listen too (TLS for which endpoint?)",
             ));
         }
         if raw.tenant.is_empty() {
-            return Err(ConfigError(
-                "no [[tenant]] is configured: nothing to serve".into(),
+            return Err(invalid(
+                "tenant",
+                "no [[tenant]] is configured: nothing to serve",
             ));
         }
         let mut tenants: Vec<TenantConfig> = Vec::with_capacity(raw.tenant.len());
@@ -308,16 +346,19 @@ impl Config {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
             {
-                return Err(ConfigError(format!(
-                    "tenant[{i}].name: `{}` must be non-empty letters, digits, `-`, `_` or `.`",
-                    t.name
-                )));
+                return Err(invalid(
+                    format!("tenant[{i}].name"),
+                    format!(
+                        "`{}` must be non-empty letters, digits, `-`, `_` or `.`",
+                        t.name
+                    ),
+                ));
             }
             if tenants.iter().any(|other| other.tenant.name == t.name) {
-                return Err(ConfigError(format!(
-                    "tenant[{i}].name: `{}` is configured twice",
-                    t.name
-                )));
+                return Err(invalid(
+                    format!("tenant[{i}].name"),
+                    format!("`{}` is configured twice", t.name),
+                ));
             }
             let engine = engine::validate(t.temporal.clone(), t.aion.clone(), &key)?;
             let defaults = Limits::default();
@@ -360,9 +401,7 @@ impl Config {
                     i64::from(defaults.max_http_requests),
                     &key("limits.max_http_requests"),
                 )?)
-                .map_err(|_| {
-                    ConfigError(format!("{}: too large", key("limits.max_http_requests")))
-                })?,
+                .map_err(|_| invalid(key("limits.max_http_requests"), "too large"))?,
                 ..defaults
             };
             let max_concurrent = positive(
@@ -374,10 +413,10 @@ impl Config {
             for (name, limit) in &l.per_type {
                 let limit = positive(Some(*limit), 1, &key(&format!("limits.per_type.{name}")))?;
                 if limit > max_concurrent {
-                    return Err(ConfigError(format!(
-                        "{}: {limit} is above the tenant's max_concurrent of {max_concurrent}",
-                        key(&format!("limits.per_type.{name}"))
-                    )));
+                    return Err(invalid(
+                        key(&format!("limits.per_type.{name}")),
+                        format!("{limit} is above the tenant's max_concurrent of {max_concurrent}"),
+                    ));
                 }
                 type_limits.insert(name.clone(), limit);
             }
@@ -387,10 +426,10 @@ impl Config {
                     None | Some("ro") => DirMode::ReadOnly,
                     Some("rw") => DirMode::ReadWrite,
                     Some(other) => {
-                        return Err(ConfigError(format!(
-                            "{}: `{other}` is not ro or rw",
-                            key(&format!("capabilities.dirs[{j}].mode"))
-                        )));
+                        return Err(invalid(
+                            key(&format!("capabilities.dirs[{j}].mode")),
+                            format!("`{other}` is not ro or rw"),
+                        ));
                     }
                 };
                 dirs.push(DirGrant {
@@ -402,19 +441,21 @@ impl Config {
             let mut retry = RetryPolicy::default();
             for (class, retryable) in &t.retry {
                 let Some(c) = FailureClass::ALL.iter().find(|c| c.as_str() == class) else {
-                    return Err(ConfigError(format!(
-                        "{}: `{class}` is not a failure class ({})",
+                    return Err(invalid(
                         key("retry"),
-                        FailureClass::ALL.map(FailureClass::as_str).join(", ")
-                    )));
+                        format!(
+                            "`{class}` is not a failure class ({})",
+                            FailureClass::ALL.map(FailureClass::as_str).join(", ")
+                        ),
+                    ));
                 };
                 retry.set(*c, *retryable);
             }
             if t.components.is_empty() && host.admin_listen.is_none() {
-                return Err(ConfigError(format!(
-                    "{}: no component to serve (list some, or set host.admin_listen to deploy them)",
-                    key("components")
-                )));
+                return Err(invalid(
+                    key("components"),
+                    "no component to serve (list some, or set host.admin_listen to deploy them)",
+                ));
             }
             let tenant = Tenant {
                 name: t.name.clone(),
@@ -429,10 +470,7 @@ impl Config {
                         .enumerate()
                         .map(|(j, h)| {
                             h.parse().map_err(|e| {
-                                ConfigError(format!(
-                                    "{}: {e}",
-                                    key(&format!("capabilities.http_hosts[{j}]"))
-                                ))
+                                invalid(key(&format!("capabilities.http_hosts[{j}]")), e)
                             })
                         })
                         .collect::<Result<_, _>>()?,
@@ -442,7 +480,10 @@ impl Config {
             tenant
                 .capabilities
                 .check()
-                .map_err(|e| ConfigError(format!("{}: {e}", key("capabilities"))))?;
+                .map_err(|source| ConfigError::Policy {
+                    key: key("capabilities"),
+                    source,
+                })?;
             let quota = Quota {
                 versions: positive(
                     t.limits.max_versions,
@@ -474,9 +515,10 @@ fn address(value: Option<&str>, key: &str) -> Result<Option<SocketAddr>, ConfigE
     value
         .map(|v| {
             v.parse().map_err(|_| {
-                ConfigError(format!(
-                    "{key}: `{v}` is not an address such as 127.0.0.1:7466"
-                ))
+                invalid(
+                    key,
+                    format!("`{v}` is not an address such as 127.0.0.1:7466"),
+                )
             })
         })
         .transpose()
@@ -487,9 +529,10 @@ fn token_hash(value: Option<String>, key: &str) -> Result<Option<String>, Config
         Some(h) if h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()) => {
             Ok(Some(h.to_ascii_lowercase()))
         }
-        Some(h) => Err(ConfigError(format!(
-            "{key}: `{h}` is not a hex SHA-256 (64 hex digits; `corral token` prints one)"
-        ))),
+        Some(h) => Err(invalid(
+            key,
+            format!("`{h}` is not a hex SHA-256 (64 hex digits; `corral token` prints one)"),
+        )),
         None => Ok(None),
     }
 }
@@ -497,30 +540,29 @@ fn token_hash(value: Option<String>, key: &str) -> Result<Option<String>, Config
 fn positive(value: Option<i64>, default: i64, key: &str) -> Result<usize, ConfigError> {
     let v = value.unwrap_or(default);
     if v < 1 {
-        return Err(ConfigError(format!("{key}: must be at least 1, got {v}")));
+        return Err(invalid(key, format!("must be at least 1, got {v}")));
     }
-    usize::try_from(v).map_err(|_| ConfigError(format!("{key}: {v} is too large")))
+    usize::try_from(v).map_err(|_| invalid(key, format!("{v} is too large")))
 }
 
 fn duration(value: Option<&str>, default: &str, key: &str) -> Result<Duration, ConfigError> {
-    let d =
-        parse_duration(value.unwrap_or(default)).map_err(|e| ConfigError(format!("{key}: {e}")))?;
+    let d = parse_duration(value.unwrap_or(default)).map_err(|e| invalid(key, e))?;
     if d.is_zero() {
-        return Err(ConfigError(format!("{key}: must be above zero")));
+        return Err(invalid(key, "must be above zero"));
     }
     Ok(d)
 }
 
 fn bytes(value: Option<&str>, default: &str, key: &str) -> Result<u64, ConfigError> {
-    parse_bytes(value.unwrap_or(default)).map_err(|e| ConfigError(format!("{key}: {e}")))
+    parse_bytes(value.unwrap_or(default)).map_err(|e| invalid(key, e))
 }
 
 fn size(value: Option<&str>, default: usize, key: &str) -> Result<usize, ConfigError> {
     match value {
         None => Ok(default),
         Some(v) => {
-            let b = parse_bytes(v).map_err(|e| ConfigError(format!("{key}: {e}")))?;
-            usize::try_from(b).map_err(|_| ConfigError(format!("{key}: too large")))
+            let b = parse_bytes(v).map_err(|e| invalid(key, e))?;
+            usize::try_from(b).map_err(|_| invalid(key, "too large"))
         }
     }
 }

@@ -13,7 +13,9 @@ const GOOD: &str = r#"
 "#;
 
 fn error(text: &str) -> String {
-    Config::parse(text, Path::new("/etc/corral")).unwrap_err().0
+    Config::parse(text, Path::new("/etc/corral"))
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -214,7 +216,7 @@ fn a_plaintext_admin_api_beyond_loopback_needs_the_operator_to_say_so() {
     let open = with(r#"admin_listen = "0.0.0.0:7466""#);
     let e = Config::parse(&open, Path::new("/etc/corral"))
         .unwrap_err()
-        .0;
+        .to_string();
     assert!(e.starts_with("host.admin_listen: 0.0.0.0:7466"), "{e}");
     assert!(
         e.contains("host.admin_tls") && e.contains("admin_plaintext"),
