@@ -357,6 +357,7 @@ impl TestComponent {
             cancel_after: None,
             cancel_at_heartbeat: None,
             cancel: CancellationToken::new(),
+            started: None,
         }
     }
 }
@@ -372,6 +373,7 @@ pub struct Call {
     cancel_after: Option<Duration>,
     cancel_at_heartbeat: Option<u32>,
     cancel: CancellationToken,
+    started: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Call {
@@ -432,6 +434,15 @@ impl Call {
         self
     }
 
+    /// Resolves once the guest's instance exists: the task holds its type
+    /// and host slots and an instance of the pool. For ordering a test by
+    /// that event instead of a sleep.
+    pub fn started(&mut self) -> tokio::sync::oneshot::Receiver<()> {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        self.started = Some(sender);
+        receiver
+    }
+
     /// A token that cancels the task when cancelled (from anywhere).
     pub fn cancel_token(&self) -> CancellationToken {
         self.cancel.clone()
@@ -444,6 +455,7 @@ impl Call {
         let recorder = Arc::new(Recorder {
             seen: Mutex::new(Seen::default()),
             cancel_at: self.cancel_at_heartbeat.map(|n| (n, ticket.clone())),
+            started: Mutex::new(self.started),
         });
         let args = match self.named {
             Some(named) => Args::Named(named),
@@ -576,6 +588,7 @@ struct Seen {
 struct Recorder {
     seen: Mutex<Seen>,
     cancel_at: Option<(u32, Canceller)>,
+    started: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl Recorder {
@@ -612,7 +625,12 @@ impl TaskObserver for Recorder {
     }
 
     fn instantiated(&self, _took: Duration) {
-        let mut seen = self.seen();
-        seen.instantiated = seen.last;
+        {
+            let mut seen = self.seen();
+            seen.instantiated = seen.last;
+        }
+        if let Some(started) = crate::sync::lock(&self.started).take() {
+            let _ = started.send(());
+        }
     }
 }

@@ -355,17 +355,11 @@ async fn an_exhausted_instance_pool_is_a_retryable_host_failure() {
     // slots), rather than waiting for a slot.
     let host = host().max_instances(1).max_concurrent(2).build().unwrap();
     let m = misbehave(&host);
-    let sleeper = tokio::spawn({
-        let m = m.clone();
-        async move {
-            m.call("demo:misbehave/api.sleep")
-                .arg(json!(1500))
-                .run()
-                .await
-        }
-    });
-    // Let the sleeper take the only instance slot.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut sleep = m.call("demo:misbehave/api.sleep").arg(json!(1500));
+    let holding = sleep.started();
+    let sleeper = tokio::spawn(sleep.run());
+    // The sleeper holds the only instance.
+    holding.await.unwrap();
     let run = m.call("demo:misbehave/api.counter").run().await;
     let f = run.expect_failure(FailureClass::Host);
     assert!(f.retryable);
