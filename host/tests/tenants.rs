@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::activities::{execute, json_of, outcome, start, text, wait_for};
+use common::activities::{execute, json_of, outcome, start, text, timestamp, wait_for};
 use common::admin::{Host, path};
 use common::example;
 use common::processes::Corral;
@@ -200,24 +200,37 @@ fn a_flooding_tenant_does_not_starve_another_of_host_slots() {
         .map(|_| start(&host.server, &host.queues[0], hold, &["1000"], &[]))
         .collect();
     // Alpha saturates the host with 10x beta's work queued...
-    std::thread::sleep(Duration::from_millis(1500));
+    let started = wait_for(&host.server, &flood[0], Duration::from_secs(30), |i| {
+        i["runState"] == "PENDING_ACTIVITY_STATE_STARTED"
+            || i["status"] == "ACTIVITY_EXECUTION_STATUS_COMPLETED"
+    });
+    assert_ne!(
+        started["runState"], "PENDING_ACTIVITY_STATE_SCHEDULED",
+        "{started}"
+    );
+    let mut served = Vec::new();
     for _ in 0..2 {
         // Bounded, so a starved tenant fails the test instead of hanging it.
         let bound = ["--schedule-to-close-timeout", "60s"];
-        let out = execute(&host.server, &host.queues[1], hold, &["0"], &bound).1;
+        let (id, out) = execute(&host.server, &host.queues[1], hold, &["0"], &bound);
         assert_eq!(out["result"], "v1", "{out}");
+        served.push(id);
     }
-    // ...and beta finished while alpha's flood is still queued.
-    let unfinished = flood
-        .iter()
-        .filter(|id| {
-            let info = wait_for(&host.server, id, Duration::ZERO, |_| true);
-            info["status"] != "ACTIVITY_EXECUTION_STATUS_COMPLETED"
-        })
-        .count();
-    assert!(unfinished > 0, "alpha's flood had already finished");
     for id in &flood {
         assert_eq!(outcome(&host.server, id)["result"], "v1");
+    }
+    // ...and, by the server's own clock, beta was served while alpha's
+    // flood was still queued, not after it drained.
+    let done = |id: &String| {
+        timestamp(&wait_for(&host.server, id, Duration::ZERO, |_| true)["lastAttemptCompleteTime"])
+    };
+    let flood_done = flood.iter().map(done).fold(0.0, f64::max);
+    for id in &served {
+        let beta_done = done(id);
+        assert!(
+            beta_done < flood_done,
+            "beta waited for alpha's flood: done at {beta_done}, the flood at {flood_done}"
+        );
     }
 }
 
