@@ -256,17 +256,18 @@ fn cut_off_uploads(endpoint: &str, token: &str, bytes: &[u8]) -> tonic::Status {
             .await
             .expect_err("a short upload is refused");
 
-        // The second stream never ends; the client goes away mid-upload.
+        // The second stream never ends; the client goes away mid-upload,
+        // once the client has taken both messages to send (a channel of
+        // one: each send waits until the one before was taken).
         let mut client = AdminClient::connect(endpoint.to_owned()).await.unwrap();
-        let endless = tokio_stream::StreamExt::chain(
-            tokio_stream::iter(vec![header, half]),
-            tokio_stream::pending(),
-        );
+        let (messages, endless) = tokio::sync::mpsc::channel(1);
+        let endless = tokio_stream::wrappers::ReceiverStream::new(endless);
         let call = tokio::spawn(async move { client.upload(request(&token, endless)).await });
-        // Let the upload begin (the host counts it either way once the
-        // request reached it), then go away.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        messages.send(header).await.unwrap();
+        messages.send(half).await.unwrap();
+        let taken = messages.reserve().await.unwrap();
         call.abort();
+        drop(taken);
         short
     })
 }
