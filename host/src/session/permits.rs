@@ -33,6 +33,11 @@ pub struct Permits {
     types: Arc<HashMap<String, HashMap<String, Limited>>>,
 }
 
+/// A connector for a tenant the host made no permits for (a host bug).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tenant `{0}` has no permits (a host bug)")]
+pub struct NoPermits(pub String);
+
 /// A tenant slot, held from before the engine is asked for a task until
 /// the task is reported.
 #[derive(Debug)]
@@ -166,6 +171,13 @@ impl Permits {
     /// by name on every call. `None` for an unknown tenant.
     pub fn tenant(&self, tenant: &str) -> Option<TenantSlots> {
         self.tenants.get(tenant).cloned()
+    }
+
+    /// [`Permits::tenant`] for a connector, whose tenant the host made
+    /// permits for before connecting it.
+    pub fn slots_of(&self, tenant: &str) -> Result<TenantSlots, NoPermits> {
+        self.tenant(tenant)
+            .ok_or_else(|| NoPermits(tenant.to_owned()))
     }
 
     /// Waits for a tenant slot. `None` when the tenant is unknown or the

@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
@@ -198,9 +197,7 @@ impl AionConnector {
         permits: Permits,
         patience: Duration,
     ) -> anyhow::Result<Self> {
-        let slots = permits
-            .tenant(tenant)
-            .with_context(|| format!("tenant `{tenant}` has no permits (a host bug)"))?;
+        let slots = permits.slots_of(tenant)?;
         let max_concurrency = u32::try_from(slots.usage().limit).unwrap_or(u32::MAX);
         let shared = Arc::new(Shared {
             tenant: tenant.to_owned(),

@@ -65,9 +65,7 @@ impl TemporalConnector {
                     binding.address
                 )
             })?;
-        let slots = permits
-            .tenant(tenant)
-            .with_context(|| format!("tenant `{tenant}` has no permits (a host bug)"))?;
+        let slots = permits.slots_of(tenant)?;
         let mut tuner = TunerBuilder::default();
         tuner.activity_slot_supplier(Arc::new(slots::PermitSlots(slots)));
         let config = WorkerConfig::builder()
