@@ -133,6 +133,18 @@ fn each_tenant_reads_only_its_own_directory_and_metrics_count_outcomes() {
         "{}",
         text(&out)
     );
+    // Routed by the session, as an engine's task: an unknown type is the
+    // engine's UnknownActivity failure, naming what the tenant serves.
+    let out = host.cli(&host.tokens[1].token, &["invoke", "demo:files/api.nope"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("UnknownActivity")
+            && said.contains("tenant `beta` serves no activity type `demo:files/api.nope`")
+            && said.contains("demo:files/api.read"),
+        "{}",
+        text(&out)
+    );
 
     // A mixed run on alpha: completions and failures of three classes.
     let fast = ["--retry-maximum-attempts", "1"];
