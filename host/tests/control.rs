@@ -147,7 +147,7 @@ fn deploys_swap_versions_while_serving_roll_back_and_survive_a_restart() {
 #[test]
 fn bad_uploads_are_rejected_precisely_and_store_nothing() {
     let host = Host::new(r#"max_upload = "1MiB""#);
-    let _corral = host.serve(["", ""]);
+    let corral = host.serve(["", ""]);
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, bytes: &[u8]| {
         let p = dir.path().join(name);
@@ -193,7 +193,13 @@ fn bad_uploads_are_rejected_precisely_and_store_nothing() {
 
     // Streams that end short of the announced size, or break mid-way.
     let endpoint = format!("http://127.0.0.1:{}", host.admin);
-    let short = cut_off_uploads(&endpoint, &host.tokens[0].token, &greeter);
+    let receiving = |name: &str| {
+        corral
+            .stderr()
+            .lines()
+            .any(|l| l.contains("receiving an upload") && l.contains(name))
+    };
+    let short = cut_off_uploads(&endpoint, &host.tokens[0].token, &greeter, receiving);
     assert_eq!(short.code(), tonic::Code::InvalidArgument, "{short:?}");
     assert!(short.message().contains("cut off"), "{short:?}");
     // The host counts the abandoned upload once it notices the reset.
@@ -224,7 +230,12 @@ fn bad_uploads_are_rejected_precisely_and_store_nothing() {
 
 /// Uploads half of `bytes` after announcing all of them: once ending the
 /// stream cleanly, once dropping the connection mid-stream.
-fn cut_off_uploads(endpoint: &str, token: &str, bytes: &[u8]) -> tonic::Status {
+fn cut_off_uploads(
+    endpoint: &str,
+    token: &str,
+    bytes: &[u8],
+    receiving: impl Fn(&str) -> bool,
+) -> tonic::Status {
     use corral::control::proto::{
         UploadHeader, UploadRequest, admin_client::AdminClient, upload_request::Part,
     };
@@ -257,17 +268,29 @@ fn cut_off_uploads(endpoint: &str, token: &str, bytes: &[u8]) -> tonic::Status {
             .expect_err("a short upload is refused");
 
         // The second stream never ends; the client goes away mid-upload,
-        // once the client has taken both messages to send (a channel of
-        // one: each send waits until the one before was taken).
+        // once the host says it is receiving it.
+        let abandoned = UploadRequest {
+            part: Some(Part::Header(UploadHeader {
+                name: "abandoned".into(),
+                size: bytes.len() as u64,
+                ..UploadHeader::default()
+            })),
+        };
         let mut client = AdminClient::connect(endpoint.to_owned()).await.unwrap();
-        let (messages, endless) = tokio::sync::mpsc::channel(1);
-        let endless = tokio_stream::wrappers::ReceiverStream::new(endless);
+        let endless = tokio_stream::StreamExt::chain(
+            tokio_stream::iter(vec![abandoned, half]),
+            tokio_stream::pending(),
+        );
         let call = tokio::spawn(async move { client.upload(request(&token, endless)).await });
-        messages.send(header).await.unwrap();
-        messages.send(half).await.unwrap();
-        let taken = messages.reserve().await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !receiving("abandoned") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the upload never began"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         call.abort();
-        drop(taken);
         short
     })
 }

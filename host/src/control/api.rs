@@ -76,6 +76,11 @@ impl AdminService {
         if header.size > self.max_upload {
             return Err(too_large(header.size, self.max_upload));
         }
+        tracing::info!(
+            name = %header.name,
+            size = header.size,
+            "receiving an upload"
+        );
         let expected = header.size;
         let mut bytes = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
         while let Some(message) = stream.next().await {
