@@ -377,3 +377,43 @@ limits = {{ max_versions = 2, max_stored = "10MiB" }}
     let out = deploy(&example("greeter"), "greeter");
     assert!(out.status.success(), "{}", text(&out));
 }
+
+#[test]
+fn an_admin_message_over_the_limit_is_refused_unread_and_the_host_serves_on() {
+    use corral::control::proto::{RunRequest, admin_client::AdminClient};
+    let host = Host::new("");
+    let corral = host.serve(["", ""]);
+    let endpoint = format!("http://127.0.0.1:{}", host.admin);
+    let token = host.tokens[0].token.clone();
+    let peak = || corral.status_kib("VmHWM");
+    let before = peak();
+    // 16 MiB of argument; the host decodes at most max_input + 64 KiB.
+    let refused = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut client = AdminClient::connect(endpoint)
+            .await
+            .unwrap()
+            .max_encoding_message_size(usize::MAX);
+        let mut request = tonic::Request::new(RunRequest {
+            activity_type: "demo:greeter/api.greet".into(),
+            args_json: vec![format!("\"{}\"", "x".repeat(16 << 20))],
+            ..RunRequest::default()
+        });
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        client
+            .run(request)
+            .await
+            .expect_err("a 16 MiB message is refused")
+    });
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+    assert!(refused.message().contains("too large"), "{refused:?}");
+    let grew = peak().saturating_sub(before);
+    assert!(
+        grew < 8 << 10,
+        "the host's peak memory grew by {grew} KiB for a message it refused"
+    );
+    // And it serves on.
+    let status = host.alpha(&["status", "--json"]);
+    assert!(status["tenants"].is_array(), "{status}");
+}
