@@ -239,6 +239,35 @@ fn metrics_connections_are_capped_and_silent_ones_cost_no_descriptors() {
     assert!(scrape(host.metrics).contains("corral_tasks_in_flight"));
 }
 
+#[test]
+fn a_metrics_request_whose_headers_never_end_is_cut_off_at_their_deadline() {
+    let host = Host::new("");
+    let _corral = host.serve(["", ""]);
+    let mut slow = TcpStream::connect(("127.0.0.1", host.metrics)).unwrap();
+    let started = Instant::now();
+    // A request line and one header, then nothing: the headers never end.
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: corral\r\n")
+        .unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let ended = slow.read_to_end(&mut answer);
+    let held = started.elapsed().as_secs_f64();
+    assert!(
+        ended.is_ok(),
+        "the host never closed the connection: {ended:?}"
+    );
+    // The host reads headers for at most 5 s.
+    assert!(
+        held < 5.0 + SLACK,
+        "a request whose headers never end held its connection for {held:.1} s"
+    );
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("corral_tasks_in_flight"),
+        "an unfinished request was answered"
+    );
+}
+
 /// `GET /metrics`, with a bearer token or none; the status line.
 fn get_metrics(port: u16, token: Option<&str>) -> String {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
