@@ -135,8 +135,10 @@ impl Local {
     fn cancel(&self, key: &TaskKey, reason: CancelReason) {
         // At once when it runs (before this returns, so a guest sees it at
         // its next `is-cancelled`) …
-        self.session.cancel(key, reason);
-        // … and in order behind its start when the loop has not taken it yet.
+        if self.session.cancel(key, reason) {
+            return;
+        }
+        // … or in order behind its start when the loop has not taken it yet.
         if let Some(queue) = lock(&self.queue).as_ref() {
             let _ = queue.send(Inbound::Cancel {
                 key: key.clone(),

@@ -63,7 +63,7 @@ pub enum PolicyError {
 #[derive(Debug)]
 struct OpenDir {
     /// Held open: the grant is this directory, wherever it is moved to.
-    handle: std::fs::File,
+    _handle: std::fs::File,
     /// Where each task's context reopens it: the handle's own entry in
     /// `/proc/self/fd`, or the granted path where there is none.
     path: PathBuf,
@@ -163,7 +163,7 @@ fn open_dirs(capabilities: &Capabilities) -> Result<Vec<OpenDir>, PolicyError> {
             grant.host.clone()
         };
         dirs.push(OpenDir {
-            handle,
+            _handle: handle,
             path,
             guest: grant.guest.clone(),
             perms: match grant.mode {
@@ -203,8 +203,6 @@ impl PreparedTenant {
             .max_random_size(MAX_RANDOM_BYTES)
             .socket_addr_check(|_, _| Box::pin(async { false }));
         for dir in self.dirs.iter() {
-            // The handle outlives this call: the path names it.
-            let _held = &dir.handle;
             builder
                 .preopened_dir(&dir.path, &dir.guest, dir.perms)
                 .map_err(|e| PolicyError::DirUnopenable {

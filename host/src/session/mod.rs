@@ -242,7 +242,9 @@ impl Session {
                     next = connector.next();
                     match inbound {
                         Inbound::Start(start) => self.start(&tasks, &mut pump, &connector, *start),
-                        Inbound::Cancel { key, reason } => self.cancel(&key, reason),
+                        Inbound::Cancel { key, reason } => {
+                            self.cancel(&key, reason);
+                        }
                     }
                 }
             }
@@ -304,12 +306,18 @@ impl Session {
     }
 
     /// Cancels a task in flight at once (`is-cancelled` is true when this
-    /// returns); nothing when no task with `key` runs.
-    pub fn cancel(&self, key: &TaskKey, reason: CancelReason) {
+    /// returns); false, doing nothing, when no task with `key` runs.
+    pub fn cancel(&self, key: &TaskKey, reason: CancelReason) -> bool {
         let entry = self.in_flight().get(key).cloned();
         match entry {
-            Some(entry) => entry.cancel(reason),
-            None => tracing::debug!("cancel for a task that is not running here"),
+            Some(entry) => {
+                entry.cancel(reason);
+                true
+            }
+            None => {
+                tracing::debug!("cancel for a task that is not running here");
+                false
+            }
         }
     }
 

@@ -19,6 +19,8 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::Registry;
+
 /// A semaphore and the limit it was made with.
 type Limited = (Arc<Semaphore>, usize);
 
@@ -113,21 +115,34 @@ impl Permits {
         self
     }
 
-    /// Whether any activity type of `tenant` has a limit of its own.
-    pub fn has_type_limits(&self, tenant: &str) -> bool {
-        self.types.get(tenant).is_some_and(|own| !own.is_empty())
+    /// The names a task of `activity_type` is limited under: every name
+    /// the type is served by (see [`Registry::names`]) when its tenant has
+    /// type limits at all; none otherwise, sparing the lookup.
+    pub fn type_names(
+        &self,
+        registry: &Registry,
+        tenant: &str,
+        activity_type: &str,
+    ) -> Vec<String> {
+        if self.types.get(tenant).is_some_and(|own| !own.is_empty()) {
+            registry.names(tenant, activity_type)
+        } else {
+            Vec::new()
+        }
     }
 
     /// The semaphore of the first of `names` (the engine's name, then the
     /// type's other names: see `Registry::names`) that has its own limit.
-    fn type_semaphore(&self, tenant: &str, names: &[&str]) -> Option<&Arc<Semaphore>> {
+    fn type_semaphore<N: AsRef<str>>(&self, tenant: &str, names: &[N]) -> Option<&Arc<Semaphore>> {
         let own = self.types.get(tenant)?;
-        names.iter().find_map(|name| own.get(*name).map(|(s, _)| s))
+        names
+            .iter()
+            .find_map(|name| own.get(name.as_ref()).map(|(s, _)| s))
     }
 
     /// Waits for a slot of the activity type; `None` at once when the type
     /// has no limit of its own (or the permits were closed).
-    pub async fn type_slot(&self, tenant: &str, names: &[&str]) -> Option<TypeSlot> {
+    pub async fn type_slot<N: AsRef<str>>(&self, tenant: &str, names: &[N]) -> Option<TypeSlot> {
         let semaphore = self.type_semaphore(tenant, names)?.clone();
         let slot = semaphore.acquire_owned().await.ok()?;
         Some(TypeSlot { _type: slot })
@@ -136,7 +151,7 @@ impl Permits {
     /// A slot of the type now, for an engine that refuses a task instead of
     /// letting it wait (Aion): checking and taking are one step, so two
     /// tasks arriving together cannot both pass a limit of one.
-    pub fn try_type_slot(&self, tenant: &str, names: &[&str]) -> TypeAdmission {
+    pub fn try_type_slot<N: AsRef<str>>(&self, tenant: &str, names: &[N]) -> TypeAdmission {
         let Some(semaphore) = self.type_semaphore(tenant, names) else {
             return TypeAdmission::Unlimited;
         };

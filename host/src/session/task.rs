@@ -124,12 +124,12 @@ async fn execute(
     // waits.
     let _type = match type_slot {
         Some(taken) => Some(taken),
-        None if session.permits.has_type_limits(&tenant) => {
-            let names = session.registry.names(&tenant, &activity_type);
-            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        None => {
+            let names = session
+                .permits
+                .type_names(&session.registry, &tenant, &activity_type);
             session.permits.type_slot(&tenant, &names).await
         }
-        None => None,
     };
     let _slot = session.permits.host_slot().await;
     let outcome = session

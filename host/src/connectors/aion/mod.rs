@@ -126,8 +126,9 @@ impl Shared {
         if self.stopping.is_cancelled() {
             return refuse("the worker is shutting down".to_owned());
         }
-        let names = self.registry.names(&self.tenant, &start.activity_type);
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let names = self
+            .permits
+            .type_names(&self.registry, &self.tenant, &start.activity_type);
         // Taken, not just checked: the next task pushed must see it gone.
         start.type_slot = match self.permits.try_type_slot(&self.tenant, &names) {
             TypeAdmission::Unlimited => None,
