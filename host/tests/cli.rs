@@ -245,6 +245,50 @@ fn serve_refuses_a_bad_config_naming_the_key() {
         stderr(&output)
     );
 
+    // A configured component that is not one: named with its tenant, the
+    // file and the reason, before anything is served.
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"not wasm at all").unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "[[tenant]]\nname = \"acme\"\n\
+             temporal = {{ address = \"http://127.0.0.1:1\", task_queue = \"q\" }}\n\
+             components = [{:?}]\n",
+            junk.display().to_string()
+        ),
+    )
+    .unwrap();
+    let output = corral_plain(&["serve", "--config", config.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(&format!(
+            "tenant `acme`: cannot load `{}`: not a WebAssembly binary",
+            junk.display()
+        )),
+        "{}",
+        stderr(&output)
+    );
+
+    // A granted directory that does not exist: the key and the path.
+    std::fs::write(
+        &config,
+        "[[tenant]]\nname = \"acme\"\ntemporal = { address = \"http://127.0.0.1:1\", task_queue = \"q\" }\n\
+         capabilities = { dirs = [{ host = \"/no/such/dir\", guest = \"/data\" }] }\n\
+         components = [\"x.wasm\"]\n",
+    )
+    .unwrap();
+    let output = corral_plain(&["serve", "--config", config.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(
+            "tenant[0] (`acme`).capabilities: granted directory `/no/such/dir` cannot be opened: \
+             No such file or directory"
+        ),
+        "{}",
+        stderr(&output)
+    );
+
     let output = corral_plain(&["serve", "--config", "/no/such/corral.toml"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(

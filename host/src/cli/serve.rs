@@ -86,7 +86,10 @@ pub async fn run(
     let mut specs = Vec::with_capacity(config.tenants.len());
     for t in &config.tenants {
         specs.push(TenantSpec {
-            tenant: sandbox.prepare(t.tenant.clone())?,
+            // Its message names its cause already: no chain to print.
+            tenant: sandbox
+                .prepare(t.tenant.clone())
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
             aliases: t.aliases.clone().into_iter().collect(),
             quota: t.quota,
         });

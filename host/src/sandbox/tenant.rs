@@ -25,10 +25,11 @@ pub struct Tenant {
     pub retry: RetryPolicy,
 }
 
-/// A policy this host cannot apply, naming what is wrong.
+/// A policy this host cannot apply, naming what is wrong; the message
+/// carries its cause, as the configuration's errors do.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("granted directory `{}` cannot be opened", path.display())]
+    #[error("granted directory `{}` cannot be opened: {source}", path.display())]
     DirUnopenable {
         path: PathBuf,
         source: std::io::Error,
