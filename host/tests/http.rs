@@ -102,6 +102,72 @@ async fn a_task_sends_at_most_its_limit_of_requests() {
     );
 }
 
+/// A loopback server whose every response body never ends: it writes 64 KiB
+/// chunks until the client goes away, then sends how many bytes it wrote.
+fn endless_server() -> (u16, std::sync::mpsc::Receiver<u64>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (written, total) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let written = written.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(&stream);
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let mut stream = &stream;
+                let chunk = vec![b'x'; 64 << 10];
+                let mut sent = 0u64;
+                if stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n")
+                    .is_ok()
+                {
+                    while stream.write_all(&chunk).is_ok() {
+                        sent += chunk.len() as u64;
+                    }
+                }
+                let _ = written.send(sent);
+            });
+        }
+    });
+    (port, total)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_response_body_that_never_ends_is_cut_off_at_the_tasks_byte_limit() {
+    const LIMIT: u64 = 1 << 20;
+    let (port, written) = endless_server();
+    let host = host()
+        .http_host(&format!("127.0.0.1:{port}"))
+        .max_http_bytes(LIMIT)
+        .build()
+        .unwrap();
+    let fetch = host.load_file(example("fetch")).unwrap();
+    let run = fetch
+        .call("demo:fetch/api.get")
+        .arg(json!(format!("http://127.0.0.1:{port}/")))
+        .run()
+        .await;
+    // Without the limit the guest reads on until its memory limit or its
+    // deadline ends it.
+    let failure = run.expect_failure(FailureClass::Application);
+    assert_eq!(failure.kind, "Http", "{failure}");
+    assert!(
+        failure
+            .message
+            .contains(&format!("response body size exceeds limit: {LIMIT} bytes")),
+        "{failure}"
+    );
+    // The host let the connection go: the server's writes stopped after the
+    // limit plus what loopback socket buffers hold.
+    let sent = tokio::task::spawn_blocking(move || written.recv().unwrap())
+        .await
+        .unwrap();
+    assert!(sent < LIMIT + (32 << 20), "the server wrote {sent} bytes");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenant_without_grants_loads_an_http_component_whose_requests_are_denied() {
     let port = echo_server();

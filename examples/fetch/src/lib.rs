@@ -62,7 +62,17 @@ impl Guest for Fetch {
             match stream.blocking_read(64 * 1024) {
                 Ok(chunk) => bytes.extend_from_slice(&chunk),
                 Err(wasi::io::streams::StreamError::Closed) => break,
-                Err(e) => return Err(Failure::new("Http", format!("reading the body: {e:?}"))),
+                Err(wasi::io::streams::StreamError::LastOperationFailed(e)) => {
+                    // The host says why the body broke off (its size limit,
+                    // a reset connection) as an HTTP error code.
+                    return Err(match wasi::http::types::http_error_code(&e) {
+                        Some(code) => http_failure(code),
+                        None => Failure::new(
+                            "Http",
+                            format!("reading the body: {}", e.to_debug_string()),
+                        ),
+                    });
+                }
             }
         }
         Ok(Fetched {

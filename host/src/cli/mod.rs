@@ -56,6 +56,17 @@ enum Command {
     Invoke(admin::InvokeArgs),
     /// Generate an admin API token and the SHA-256 to put in corral.toml.
     Token(admin::TokenArgs),
+    /// Compile the component on stdin to the artifact on stdout: the child
+    /// process `serve` compiles tenants' components in, under its limits.
+    #[command(hide = true)]
+    CompileWorker(CompileWorkerArgs),
+}
+
+#[derive(clap::Args)]
+struct CompileWorkerArgs {
+    /// The engine's guest stack, which compiled code depends on.
+    #[arg(long)]
+    max_wasm_stack: usize,
 }
 
 /// Options every command that loads components shares.
@@ -122,6 +133,10 @@ pub(crate) const SERVER_LOG: &str = "warn,corral=info";
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // No runtime and no logs: it compiles one component and exits.
+    if let Command::CompileWorker(args) = &cli.command {
+        return corral::sandbox::compile_worker_main(args.max_wasm_stack);
+    }
     // A server logs what it does; one-shot commands print their own output.
     // `serve` sets up its logs once it has read the configuration's format.
     match cli.command {
@@ -150,6 +165,8 @@ pub fn main() -> ExitCode {
             Command::Status(args) => admin::status(args).await,
             Command::Invoke(args) => admin::invoke(args).await,
             Command::Token(args) => admin::token(args),
+            // Run before the runtime starts, above.
+            Command::CompileWorker(_) => ExitCode::SUCCESS,
         }
     })
 }

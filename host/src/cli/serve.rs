@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use anyhow::Context as _;
+
 use tokio_util::sync::CancellationToken;
 
 use corral::config::{Config, Engine};
@@ -14,7 +16,7 @@ use corral::connectors::temporal::TemporalConnector;
 use corral::control::store::Index;
 use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, api, server};
 use corral::metrics::Metrics;
-use corral::sandbox::{Sandbox, SandboxConfig};
+use corral::sandbox::{CompileLimits, Sandbox, SandboxConfig};
 use corral::session::{Connector, Permits, Registry, Session};
 
 use super::{SERVER_LOG, default_cache_dir, init_tracing, usage_error};
@@ -81,6 +83,12 @@ pub async fn run(
             .clone()
             .or_else(|| store.compiled_dir())
             .or_else(default_cache_dir),
+        // Tenants' components compile in a worker process under limits.
+        compile: Some(CompileLimits {
+            worker: std::env::current_exe().context("finding the corral binary to compile with")?,
+            time: config.host.compile_timeout,
+            memory: config.host.compile_memory,
+        }),
         ..SandboxConfig::default()
     })?;
     let mut specs = Vec::with_capacity(config.tenants.len());

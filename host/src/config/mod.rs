@@ -12,6 +12,8 @@
 //! metrics_token_sha256 = "…"        # /metrics only with this bearer token
 //! operator_token_sha256 = "…"       # `corral token` prints a token and its hash
 //! max_upload = "64MiB"
+//! compile_timeout = "2m"            # one component's compile, in a worker process
+//! compile_memory = "2GiB"           # the compile worker's writable memory
 //! admin_tls = { cert = "admin.pem", key = "admin.key" }
 //! admin_plaintext = false           # true: allow a non-loopback admin_listen without TLS
 //! log_format = "text"               # or "json"
@@ -75,6 +77,10 @@ pub struct HostConfig {
     /// Hex SHA-256 of the token `/metrics` requires (none: open).
     pub metrics_token_sha256: Option<String>,
     pub max_upload: u64,
+    /// Wall-clock time one component's compile may take.
+    pub compile_timeout: Duration,
+    /// Writable memory of the process one component compiles in.
+    pub compile_memory: u64,
     pub log_json: bool,
 }
 
@@ -93,6 +99,8 @@ impl Default for HostConfig {
             operator_token_sha256: None,
             metrics_token_sha256: None,
             max_upload: 64 << 20,
+            compile_timeout: Duration::from_secs(120),
+            compile_memory: 2 << 30,
             log_json: false,
         }
     }
@@ -175,6 +183,8 @@ struct RawHost {
     operator_token_sha256: Option<String>,
     metrics_token_sha256: Option<String>,
     max_upload: Option<String>,
+    compile_timeout: Option<String>,
+    compile_memory: Option<String>,
     log_format: Option<String>,
     /// Serve the admin API in plain text on an address other than loopback.
     #[serde(default)]
@@ -220,6 +230,7 @@ struct RawLimits {
     max_stdio: Option<String>,
     max_handles: Option<i64>,
     max_http_requests: Option<i64>,
+    max_http_bytes: Option<String>,
     max_versions: Option<i64>,
     max_stored: Option<String>,
     #[serde(default)]
@@ -294,6 +305,16 @@ impl Config {
                 "host.metrics_token_sha256",
             )?,
             max_upload: bytes(raw.host.max_upload.as_deref(), "64MiB", "host.max_upload")?,
+            compile_timeout: duration(
+                raw.host.compile_timeout.as_deref(),
+                "2m",
+                "host.compile_timeout",
+            )?,
+            compile_memory: bytes(
+                raw.host.compile_memory.as_deref(),
+                "2GiB",
+                "host.compile_memory",
+            )?,
             log_json: match raw.host.log_format.as_deref() {
                 None | Some("text") => false,
                 Some("json") => true,
@@ -402,6 +423,11 @@ impl Config {
                     &key("limits.max_http_requests"),
                 )?)
                 .map_err(|_| invalid(key("limits.max_http_requests"), "too large"))?,
+                max_http_bytes: size(
+                    l.max_http_bytes.as_deref(),
+                    defaults.max_http_bytes as usize,
+                    &key("limits.max_http_bytes"),
+                )? as u64,
                 ..defaults
             };
             let max_concurrent = positive(

@@ -229,6 +229,25 @@ fn a_plaintext_admin_api_beyond_loopback_needs_the_operator_to_say_so() {
 }
 
 #[test]
+fn max_http_bytes_is_a_byte_size() {
+    let text = GOOD.replace(
+        "max_concurrent = 4 }",
+        "max_concurrent = 4, max_http_bytes = \"2MiB\" }",
+    );
+    let config = Config::parse(&text, Path::new("/etc/corral")).unwrap();
+    assert_eq!(config.tenants[0].tenant.limits.max_http_bytes, 2 << 20);
+    let text = GOOD.replace(
+        "max_concurrent = 4 }",
+        "max_concurrent = 4, max_http_bytes = \"lots\" }",
+    );
+    let e = error(&text);
+    assert!(
+        e.contains("limits.max_http_bytes: `lots` is not a byte size"),
+        "{e}"
+    );
+}
+
+#[test]
 fn max_handles_is_read_and_must_be_positive() {
     let text = GOOD.replace(
         "max_concurrent = 4 }",

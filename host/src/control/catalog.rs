@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 pub use super::errors::{CatalogError, ControlError};
 use super::store::{Index, Quota, Store, TenantIndex, Version};
 use crate::metrics::Metrics;
-use crate::sandbox::{LoadError, LoadedComponent, PreparedTenant, Sandbox};
+use crate::sandbox::{CompileError, LoadError, LoadedComponent, PreparedTenant, Sandbox};
 use crate::session::Registry;
 
 /// A tenant as configured: its policy and its configuration-wide aliases.
@@ -534,6 +534,19 @@ impl Catalog {
                         .collect::<Vec<_>>()
                         .join(", ")
                 )))
+            }
+            Err(
+                e @ LoadError::Compile(
+                    CompileError::TooSlow(_) | CompileError::TooBig(_) | CompileError::Worker(_),
+                ),
+            ) => {
+                tracing::warn!("a component was refused: {e}");
+                Err(match e {
+                    LoadError::Compile(CompileError::Worker(_)) => {
+                        ControlError::Internal(e.to_string())
+                    }
+                    _ => ControlError::QuotaExceeded(e.to_string()),
+                })
             }
             Err(e) => Err(ControlError::InvalidArgument(e.to_string())),
         }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, InstancePre};
 
+use super::compile::{CompileError, compile_in_worker};
 use super::context::TaskState;
 use super::engine::Sandbox;
 use super::signature::{ActivityType, UnsupportedExport, exported_functions};
@@ -64,6 +65,8 @@ pub enum LoadError {
     Link(String),
     NoActivities(Vec<UnsupportedExport>),
     Io(String),
+    /// Compiling in the worker failed or passed its limits.
+    Compile(CompileError),
 }
 
 impl fmt::Display for LoadError {
@@ -95,6 +98,10 @@ impl fmt::Display for LoadError {
                 Ok(())
             }
             LoadError::Io(reason) => write!(f, "{reason}"),
+            LoadError::Compile(CompileError::Invalid(reason)) => {
+                write!(f, "invalid component: {reason}")
+            }
+            LoadError::Compile(e) => write!(f, "{e}"),
         }
     }
 }
@@ -221,8 +228,23 @@ impl Sandbox {
                 ),
             }
         }
-        let component = Component::new(&self.engine, bytes)
-            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        let component = match &self.config.compile {
+            None => Component::new(&self.engine, bytes)
+                .map_err(|e| LoadError::Invalid(format!("{e:#}")))?,
+            Some(limits) => {
+                let artifact = compile_in_worker(limits, self.config.max_wasm_stack, bytes)
+                    .map_err(LoadError::Compile)?;
+                // SAFETY: the artifact is what our own binary, as the compile
+                // worker, wrote from `Engine::precompile_component` with this
+                // engine's code settings (`wasm_config`); wasmtime checks its
+                // header against this engine before using it.
+                unsafe { Component::deserialize(&self.engine, &artifact) }.map_err(|e| {
+                    LoadError::Compile(CompileError::Worker(format!(
+                        "its artifact does not load: {e:#}"
+                    )))
+                })?
+            }
+        };
         if let Some(path) = &cached
             && let Err(e) = store_compiled(&component, path)
         {

@@ -11,6 +11,7 @@ use anyhow::{Context as _, Result};
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use super::compile::CompileLimits;
 use super::context::{TaskState, add_context_to_linker};
 
 /// Host-wide settings of the sandbox. Per-tenant limits live in
@@ -41,6 +42,9 @@ pub struct SandboxConfig {
     /// What one component may contain; a component needing more is refused
     /// at load.
     pub per_component: PerComponent,
+    /// Compile in a worker process with these limits (`None`: in this
+    /// process, for trusted components).
+    pub compile: Option<CompileLimits>,
 }
 
 /// The most core instances, memories and tables one component may contain
@@ -77,8 +81,27 @@ impl Default for SandboxConfig {
             max_wasm_stack: 1 << 20,
             memory_keep_resident: 1 << 20,
             per_component: PerComponent::default(),
+            compile: None,
         }
     }
+}
+
+/// The engine settings that decide compiled code, shared by the host and its
+/// compile worker (`compile`), whose artifacts the host loads: everything but
+/// the instance allocator.
+pub(crate) fn wasm_config(max_wasm_stack: usize) -> Config {
+    let mut wasm = Config::new();
+    // Fuel, not epochs, bounds a busy guest: fuel needs no ticker thread
+    // (waking one per task cost more CPU than the task), and it is
+    // compiled in anyway for tenants' CPU budgets.
+    wasm.consume_fuel(true)
+        // Never advanced: the epoch check is how the watchdog makes a
+        // guest that lives in host calls yield (see `watchdog`).
+        .epoch_interruption(true)
+        .wasm_backtrace_max_frames(NonZeroUsize::new(64))
+        .max_wasm_stack(max_wasm_stack)
+        .async_stack_size(max_wasm_stack + (512 << 10));
+    wasm
 }
 
 /// The shared engine and linker.
@@ -126,18 +149,8 @@ impl Sandbox {
             // faults of re-touching them in the next task.
             .pagemap_scan(Enabled::Auto);
 
-        let mut wasm = Config::new();
-        // Fuel, not epochs, bounds a busy guest: fuel needs no ticker thread
-        // (waking one per task cost more CPU than the task), and it is
-        // compiled in anyway for tenants' CPU budgets.
-        wasm.consume_fuel(true)
-            // Never advanced: the epoch check is how the watchdog makes a
-            // guest that lives in host calls yield (see `watchdog`).
-            .epoch_interruption(true)
-            .wasm_backtrace_max_frames(NonZeroUsize::new(64))
-            .max_wasm_stack(config.max_wasm_stack)
-            .async_stack_size(config.max_wasm_stack + (512 << 10))
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let mut wasm = wasm_config(config.max_wasm_stack);
+        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&wasm)
             .map_err(anyhow::Error::from)
             .context("creating the wasmtime engine")?;
@@ -181,6 +194,25 @@ impl Sandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_compile_workers_engine_makes_code_the_host_loads() {
+        let config = SandboxConfig::default();
+        let host = Sandbox::new(config.clone()).unwrap();
+        let worker = Engine::new(&wasm_config(config.max_wasm_stack)).unwrap();
+        let hash = |engine: &Engine| {
+            use std::hash::{DefaultHasher, Hash, Hasher};
+            let mut hasher = DefaultHasher::new();
+            engine.precompile_compatibility_hash().hash(&mut hasher);
+            hasher.finish()
+        };
+        assert_eq!(hash(&host.engine), hash(&worker));
+        let artifact = worker
+            .precompile_component(b"(component (core module))")
+            .unwrap();
+        // SAFETY: compiled just above by an engine of the same settings.
+        unsafe { wasmtime::component::Component::deserialize(&host.engine, &artifact) }.unwrap();
+    }
 
     #[test]
     fn a_zero_yield_interval_is_refused_by_name() {

@@ -149,10 +149,11 @@ impl Sandbox {
             wasi,
             table,
             http: WasiHttpCtx::new(),
-            http_policy: HttpPolicy {
-                hosts: tenant.capabilities.http_hosts.clone(),
-                requests_left: limits.max_http_requests,
-            },
+            http_policy: HttpPolicy::new(
+                tenant.capabilities.http_hosts.clone(),
+                limits.max_http_requests,
+                limits.max_http_bytes,
+            ),
             limiter: Limiter::new(limits),
             capture: capture.clone(),
             info: activity_info(&activity.name, &task.info, deadline_unix_ms),

@@ -37,6 +37,10 @@ pub struct Limits {
     /// Outbound HTTP requests one task may send; more fail in the guest
     /// (`connection-limit-reached`).
     pub max_http_requests: u32,
+    /// Bytes of outbound HTTP bodies one task may send and receive, both
+    /// directions together; a body that would pass it fails in the guest
+    /// (`HTTP-request-body-size` / `HTTP-response-body-size`).
+    pub max_http_bytes: u64,
 }
 
 impl Default for Limits {
@@ -53,6 +57,7 @@ impl Default for Limits {
             cancel_grace: Duration::from_secs(2),
             max_handles: 1024,
             max_http_requests: 100,
+            max_http_bytes: 64 << 20,
         }
     }
 }

@@ -4,6 +4,7 @@
 
 mod capabilities;
 mod classify;
+mod compile;
 mod component;
 mod context;
 pub mod convert;
@@ -20,6 +21,7 @@ mod watchdog;
 
 pub use capabilities::{Capabilities, DirGrant, DirMode};
 pub use classify::{listed_names, shown_name};
+pub use compile::{CompileError, CompileLimits, worker_main as compile_worker_main};
 pub use component::{LoadError, LoadedComponent};
 pub use context::TaskInfo;
 pub use engine::{PerComponent, Sandbox, SandboxConfig};

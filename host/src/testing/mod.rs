@@ -147,6 +147,12 @@ impl TestHostBuilder {
         self
     }
 
+    /// Bytes of outbound HTTP bodies one task may send and receive.
+    pub fn max_http_bytes(mut self, bytes: u64) -> Self {
+        self.tenant.limits.max_http_bytes = bytes;
+        self
+    }
+
     /// Guest stdout + stderr + log bytes kept per task (each line costing
     /// 64 more).
     pub fn max_stdio(mut self, bytes: usize) -> Self {

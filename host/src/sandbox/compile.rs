@@ -1,0 +1,195 @@
+//! Compiling a tenant's component in a child process with its own limits.
+//!
+//! Cranelift's time and memory grow with what a component contains, and a
+//! thread cannot be stopped halfway through a compile. So a host serving
+//! uploads compiles each component in a child `corral` (`compile-worker`,
+//! not shown in `--help`) that reads the component on stdin and writes the
+//! compiled artifact on stdout: its writable memory is capped by
+//! `RLIMIT_DATA`, its CPU by `RLIMIT_CPU`, and it is killed when it passes
+//! its wall-clock time. Whatever the component does to the compiler, the
+//! host's own memory and threads are untouched and it serves on.
+
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use wasmtime::Engine;
+
+use super::engine::wasm_config;
+use super::limits::format_bytes;
+
+/// How a host compiles in a worker process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileLimits {
+    /// The `corral` binary to run as the worker.
+    pub worker: PathBuf,
+    /// Wall-clock time one compile may take.
+    pub time: Duration,
+    /// Writable memory of the worker (heap and thread stacks).
+    pub memory: u64,
+}
+
+/// Why a compile in the worker produced nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// The component is not valid: the compiler's own words.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("compiling took longer than the host allows (compile_timeout = {})", humantime(*.0))]
+    TooSlow(Duration),
+    #[error("compiling needed more memory than the host allows (compile_memory = {})", format_bytes(*.0))]
+    TooBig(u64),
+    #[error("the compile worker failed: {0}")]
+    Worker(String),
+}
+
+fn humantime(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// The worker's exit code for a component the compiler refused.
+const INVALID: i32 = 3;
+/// At most this much of the worker's stderr is read into a message.
+const MAX_MESSAGE: u64 = 16 << 10;
+
+/// Compiles `bytes` in a worker under `limits`; the artifact, for
+/// `Component::deserialize` with an engine of `max_wasm_stack`.
+pub(crate) fn compile_in_worker(
+    limits: &CompileLimits,
+    max_wasm_stack: usize,
+    bytes: &[u8],
+) -> Result<Vec<u8>, CompileError> {
+    let worker_error = |what: &str, e: std::io::Error| CompileError::Worker(format!("{what}: {e}"));
+    let cpu_seconds = limits.time.as_secs().saturating_add(1);
+    let memory = limits.memory;
+    let mut command = Command::new(&limits.worker);
+    command
+        .arg("compile-worker")
+        .arg("--max-wasm-stack")
+        .arg(max_wasm_stack.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Only the worker's own message, never the host's log settings.
+        .env_remove("RUST_LOG");
+    // SAFETY: between fork and exec the closure calls only setrlimit, which
+    // is async-signal-safe, and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            let cap = |resource, value: u64| {
+                let limit = libc::rlimit {
+                    rlim_cur: value,
+                    rlim_max: value,
+                };
+                if libc::setrlimit(resource, &limit) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            };
+            cap(libc::RLIMIT_DATA, memory)?;
+            cap(libc::RLIMIT_CPU, cpu_seconds)?;
+            cap(libc::RLIMIT_CORE, 0)
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| worker_error(&format!("starting `{}`", limits.worker.display()), e))?;
+    let pid = child.id();
+
+    // The wall clock: a watcher kills the worker at its deadline unless the
+    // compile ends first. The worker is not reaped before the watcher is
+    // done, so its pid cannot be reused under the kill.
+    let (done, finished) = mpsc::channel::<()>();
+    let time = limits.time;
+    let watcher = std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(time) {
+            // SAFETY: kill(2) on our own unreaped child.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            return true;
+        }
+        false
+    });
+
+    let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(CompileError::Worker("its pipes were not opened".into()));
+    };
+    // The worker reads all of its input before it writes anything, so
+    // writing first cannot deadlock; a worker that died early breaks the
+    // pipe, and its status says why.
+    let fed = stdin.write_all(bytes);
+    drop(stdin);
+    let message = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.take(MAX_MESSAGE).read_to_string(&mut text);
+        text
+    });
+    let mut artifact = Vec::new();
+    let read = stdout.take(memory).read_to_end(&mut artifact);
+    let status = child.wait();
+    let _ = done.send(());
+    let killed = watcher.join().unwrap_or(false);
+    let message = message.join().unwrap_or_default();
+    let message = message.trim();
+    let status = status.map_err(|e| worker_error("waiting for it", e))?;
+
+    if killed || status.signal() == Some(libc::SIGXCPU) {
+        return Err(CompileError::TooSlow(limits.time));
+    }
+    // Rust's allocation failure, or the OS refusing a mapping (ENOMEM).
+    if message.contains("memory allocation of") || message.contains("os error 12") {
+        return Err(CompileError::TooBig(limits.memory));
+    }
+    match status.code() {
+        Some(0) => {
+            read.map_err(|e| worker_error("reading its artifact", e))?;
+            Ok(artifact)
+        }
+        Some(INVALID) => Err(CompileError::Invalid(message.to_owned())),
+        _ => {
+            let fed = fed
+                .err()
+                .map(|e| format!(" (feeding it: {e})"))
+                .unwrap_or_default();
+            Err(CompileError::Worker(format!("{status}{fed}: {message}")))
+        }
+    }
+}
+
+/// `corral compile-worker`: stdin → compiled artifact on stdout.
+pub fn worker_main(max_wasm_stack: usize) -> ExitCode {
+    let mut bytes = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut bytes) {
+        eprintln!("reading the component: {e}");
+        return ExitCode::FAILURE;
+    }
+    let engine = match Engine::new(&wasm_config(max_wasm_stack)) {
+        Ok(engine) => engine,
+        Err(e) => {
+            eprintln!("creating the engine: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let artifact = match engine.precompile_component(&bytes) {
+        Ok(artifact) => artifact,
+        Err(e) => {
+            eprintln!("{e:#}");
+            return ExitCode::from(INVALID as u8);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(&artifact).and_then(|()| out.flush()) {
+        eprintln!("writing the artifact: {e}");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
