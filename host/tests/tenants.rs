@@ -3,9 +3,10 @@
 
 mod common;
 
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::activities::{execute, json_of, outcome, start, text, timestamp, wait_for};
 use common::admin::{Host, path};
@@ -336,4 +337,37 @@ fn the_admin_api_speaks_tls_when_configured() {
     assert_eq!(ls(&[]).status.code(), Some(2));
     let plain = host.cli(&host.tokens[0].token, &["ls"]);
     assert_eq!(plain.status.code(), Some(2), "{}", text(&plain));
+}
+
+#[test]
+fn a_tls_handshake_that_never_ends_is_cut_off_at_its_deadline() {
+    const HANDSHAKE: Duration = Duration::from_secs(10);
+    const SLACK: Duration = Duration::from_secs(8);
+    let certs = tempfile::tempdir().unwrap();
+    let (_, cert, key) = certificates(certs.path());
+    let host = Host::new(&format!(
+        "admin_tls = {{ cert = {:?}, key = {:?} }}",
+        path(&cert),
+        path(&key)
+    ));
+    let _corral = host.serve(["", ""]);
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", host.admin)).unwrap();
+    // The first bytes of a ClientHello record, then nothing.
+    stream.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00]).unwrap();
+    let started = Instant::now();
+    stream
+        .set_read_timeout(Some(HANDSHAKE + SLACK + SLACK))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let read = stream.read(&mut byte);
+    let took = started.elapsed();
+    assert!(
+        matches!(read, Ok(0))
+            || read
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the host answered a handshake that never ended: {read:?} after {took:?}"
+    );
+    // Well before the 60 s idle limit that would end it otherwise.
+    assert!(took < HANDSHAKE + SLACK, "closed after {took:?}");
 }

@@ -1,0 +1,183 @@
+//! Attacks on the admin API's connections, against the real binary: a
+//! client that holds every connection slot without a word, and one that
+//! opens more calls on a connection than the host allows (speaking raw
+//! HTTP/2, since a well-behaved client library keeps to the host's limit by
+//! itself). Each asserts the bound and that the host then serves.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::activities::text;
+use common::admin::Host;
+
+/// The admin API's connection cap and idle limit (`control/server.rs`).
+const CONNECTIONS: usize = 64;
+const IDLE: Duration = Duration::from_secs(60);
+/// How late a deadline may be met on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_secs(8);
+
+/// Waits (up to `within`) until the peer closes `stream`, reading past
+/// anything it sends first; whether it did.
+fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    let mut buffer = [0u8; 1024];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn silent_connections_hold_the_admin_slots_only_until_their_idle_limit() {
+    let host = Host::new("");
+    let corral = host.serve(["", ""]);
+    let address = ("127.0.0.1", host.admin);
+    let before = corral.open_fds();
+    let opened = Instant::now();
+    // Every slot, taken by connections that never say anything ...
+    let mut held: Vec<TcpStream> = (0..CONNECTIONS)
+        .map(|_| TcpStream::connect(address).unwrap())
+        .collect();
+    // ... so a call now finds no slot: its connection is closed at once.
+    let out = host.cli(&host.tokens[0].token, &["status", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let during = corral.open_fds();
+    assert!(
+        during <= before + CONNECTIONS + 4,
+        "{before} descriptors before, {during} with {CONNECTIONS} silent connections"
+    );
+    // The host closes each silent one at its idle limit ...
+    for stream in &mut held {
+        let left = (IDLE + SLACK).saturating_sub(opened.elapsed());
+        assert!(
+            closed_within(stream, left),
+            "a silent connection was still open {:?} after it was opened",
+            opened.elapsed()
+        );
+    }
+    eprintln!("all closed {:?} after they were opened", opened.elapsed());
+    // ... and serves again.
+    let out = host.cli(&host.tokens[0].token, &["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// An HTTP/2 frame: its type, flags, stream and payload.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap();
+    let mut out = len.to_be_bytes()[1..].to_vec();
+    out.extend_from_slice(&[kind, flags]);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Reads one frame: (type, flags, stream, payload).
+fn read_frame(stream: &mut TcpStream) -> std::io::Result<(u8, u8, u32, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    stream.read_exact(&mut head)?;
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0u8; len];
+    stream.read_exact(&mut payload)?;
+    Ok((head[3], head[4], id, payload))
+}
+
+/// An HPACK block for `POST /corral.v1.Admin/Status` over http, with the
+/// gRPC content type: indexed `:method POST` and `:scheme http`, literals
+/// for the rest.
+fn status_call_headers() -> Vec<u8> {
+    let mut block = vec![0x83, 0x86];
+    let mut literal = |name_index: u8, name: &str, value: &str| {
+        block.push(name_index);
+        if name_index == 0 {
+            block.push(u8::try_from(name.len()).unwrap());
+            block.extend_from_slice(name.as_bytes());
+        }
+        block.push(u8::try_from(value.len()).unwrap());
+        block.extend_from_slice(value.as_bytes());
+    };
+    literal(0x04, "", "/corral.v1.Admin/Status");
+    literal(0x01, "", "127.0.0.1");
+    literal(0, "content-type", "application/grpc");
+    literal(0, "te", "trailers");
+    block
+}
+
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const GOAWAY: u8 = 0x7;
+const END_HEADERS: u8 = 0x4;
+const ACK: u8 = 0x1;
+const REFUSED_STREAM: u32 = 0x7;
+const MAX_CONCURRENT_STREAMS: u16 = 0x3;
+
+#[test]
+fn calls_over_the_per_connection_cap_are_refused_and_the_host_serves_on() {
+    let host = Host::new("");
+    let _corral = host.serve(["", ""]);
+    let mut conn = TcpStream::connect(("127.0.0.1", host.admin)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    conn.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    conn.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
+    // The host's settings name its cap; they bind once acknowledged.
+    let cap = loop {
+        let (kind, flags, _, payload) = read_frame(&mut conn).unwrap();
+        if kind == SETTINGS && flags & ACK == 0 {
+            let cap = payload.chunks_exact(6).find_map(|s| {
+                (u16::from_be_bytes([s[0], s[1]]) == MAX_CONCURRENT_STREAMS)
+                    .then(|| u32::from_be_bytes([s[2], s[3], s[4], s[5]]))
+            });
+            break cap.expect("the host announces a stream cap");
+        }
+    };
+    assert_eq!(cap, 16);
+    conn.write_all(&frame(SETTINGS, ACK, 0, &[])).unwrap();
+    // Twice the cap of calls whose request never ends, in one write.
+    let block = status_call_headers();
+    let calls: Vec<u32> = (0..2 * cap).map(|i| 2 * i + 1).collect();
+    let mut burst = Vec::new();
+    for &id in &calls {
+        burst.extend(frame(HEADERS, END_HEADERS, id, &block));
+    }
+    conn.write_all(&burst).unwrap();
+    // Every call over the cap is refused as it arrives.
+    let mut refused = Vec::new();
+    while refused.len() < cap as usize {
+        match read_frame(&mut conn) {
+            Ok((RST_STREAM, _, id, payload))
+                if u32::from_be_bytes(payload[..4].try_into().unwrap()) == REFUSED_STREAM =>
+            {
+                refused.push(id);
+            }
+            Ok((GOAWAY, ..)) => break,
+            Ok(_) => {}
+            Err(e) => panic!("reading the host's frames: {e}; refused so far {refused:?}"),
+        }
+    }
+    refused.sort_unstable();
+    assert_eq!(refused, calls[cap as usize..].to_vec());
+    drop(conn);
+    let out = host.cli(&host.tokens[0].token, &["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
