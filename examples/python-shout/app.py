@@ -6,7 +6,9 @@ Run:   corral run examples/dist/python-shout.wasm shout '"hello"' 2
 import json
 
 import wit_world
+from componentize_py_types import Err
 from wit_world.imports import context
+from wit_world.imports.types import Failure
 
 
 class WitWorld(wit_world.WitWorld):
@@ -16,3 +18,19 @@ class WitWorld(wit_world.WitWorld):
         context.heartbeat(json.dumps({"length": len(result)}))
         context.log(context.Level.INFO, f"shouted {times} times on attempt {attempt}")
         return result
+
+    def shout_checked(self, text: str) -> str:
+        if not text:
+            raise Err(Failure("nothing to shout", "Empty", False, None))
+        return text.upper()
+
+    def count(self, to: int) -> int:
+        # A retry resumes from the count the last attempt heartbeated.
+        last = context.info().last_heartbeat
+        n = json.loads(last)["count"] if last else 0
+        while n < to:
+            if context.is_cancelled():
+                raise Err(Failure(f"cancelled at {n}", "Cancelled", False, None))
+            n += 1
+            context.heartbeat(json.dumps({"count": n}))
+        return n

@@ -41,7 +41,7 @@ async fn activity_types_are_listed_with_their_signatures() {
         .collect();
     assert_eq!(
         names,
-        ["shout"],
+        ["shout", "shout-checked", "count"],
         "a world-level export is named by its bare name"
     );
     let hidden: Vec<&str> = python
@@ -242,6 +242,107 @@ async fn a_python_component_runs_through_the_same_host() {
         .await;
     let f = run.expect_failure(FailureClass::InvalidInput);
     assert_eq!(f.message, "parameter `times`: $: expected u32, got -1");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_guest_fails_on_purpose_resumes_from_its_heartbeat_and_stops_when_cancelled() {
+    let host = host().build().unwrap();
+    let python = load(&host, "python-shout");
+    // A typed failure: the guest's own kind and retry flag.
+    let run = python.call("shout-checked").arg(json!("")).run().await;
+    let f = run.expect_failure(FailureClass::Application);
+    assert_eq!((f.kind.as_str(), f.retryable), ("Empty", false), "{f}");
+    assert_eq!(f.message, "nothing to shout");
+    let run = python.call("shout-checked").arg(json!("hey")).run().await;
+    assert_eq!(run.expect_ok(), &json!("HEY"));
+    // A retry resumes from the last attempt's heartbeat.
+    let run = python
+        .call("count")
+        .arg(json!(5))
+        .attempt(2)
+        .last_heartbeat(json!({"count": 3}))
+        .run()
+        .await;
+    assert_eq!(run.expect_ok(), &json!(5));
+    assert_eq!(
+        run.heartbeats,
+        vec![Some(json!({"count": 4})), Some(json!({"count": 5}))]
+    );
+    // Cancelled at its third heartbeat, it stops at its next check.
+    let run = python
+        .call("count")
+        .arg(json!(100_000_000))
+        .cancel_at_heartbeat(3)
+        .run()
+        .await;
+    run.expect_failure(FailureClass::Cancelled);
+    assert!(
+        run.heartbeats.len() < 100,
+        "{} heartbeats after the cancel",
+        run.heartbeats.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_guest_runs_through_the_same_host() {
+    // componentize-js links `fetch`, so the component imports wasi:http; it
+    // loads without any grant.
+    let host = host().build().unwrap();
+    let js = load(&host, "js-greeter");
+    let greet = "demo:js-greeter/api.greet";
+    // Typed records in and out, a u64 as a BigInt, the attempt from `info`,
+    // a log line.
+    let run = js
+        .call(greet)
+        .arg(json!({"name": "Ada", "languages": ["en", "fr"], "visits": 41}))
+        .attempt(3)
+        .run()
+        .await;
+    assert_eq!(
+        run.expect_ok(),
+        &json!({
+            "message": "Hello, Ada! Visit 42, in en or fr.",
+            "attempt": 3,
+            "activity-type": greet,
+        })
+    );
+    assert_eq!(run.logs[0].message, "greeting Ada (visit 42)");
+    // A thrown failure record is a typed failure.
+    let run = js
+        .call(greet)
+        .arg(json!({"name": "", "languages": [], "visits": 0}))
+        .run()
+        .await;
+    let f = run.expect_failure(FailureClass::Application);
+    assert_eq!((f.kind.as_str(), f.retryable), ("NoName", false), "{f}");
+    // A wrong payload never reaches the guest.
+    let run = js.call(greet).arg(json!({"name": "Ada"})).run().await;
+    run.expect_failure(FailureClass::InvalidInput);
+    // Heartbeats, resumed from the last one, and a cancel it notices.
+    let count = "demo:js-greeter/api.count";
+    let run = js
+        .call(count)
+        .arg(json!(4))
+        .last_heartbeat(json!({"count": 2}))
+        .run()
+        .await;
+    assert_eq!(run.expect_ok(), &json!(4));
+    assert_eq!(
+        run.heartbeats,
+        vec![Some(json!({"count": 3})), Some(json!({"count": 4}))]
+    );
+    let run = js
+        .call(count)
+        .arg(json!(100_000_000))
+        .cancel_at_heartbeat(3)
+        .run()
+        .await;
+    run.expect_failure(FailureClass::Cancelled);
+    assert!(
+        run.heartbeats.len() < 100,
+        "{} heartbeats after the cancel",
+        run.heartbeats.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -33,6 +33,7 @@ fn built() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let built = BUILT.get_or_init(|| {
         let status = Command::new(root.join("examples/build.sh"))
+            .env("CORRAL_QUIET", "1")
             .status()
             .map_err(|e| format!("cannot run examples/build.sh: {e}"))?;
         if status.success() {
