@@ -7,6 +7,7 @@ mod dev;
 mod inspect;
 mod run;
 mod serve;
+mod test;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,6 +55,9 @@ enum Command {
     Status(admin::ConnOnly),
     /// Run one activity on a running host, outside any engine (a smoke test).
     Invoke(admin::InvokeArgs),
+    /// Run the test cases of *.test.toml files (any guest language) in the
+    /// sandbox, with the limits and session loop of `serve`.
+    Test(test::Args),
     /// Generate an admin API token and the SHA-256 to put in corral.toml.
     Token(admin::TokenArgs),
     /// Compile the component on stdin to the artifact on stdout: the child
@@ -164,6 +168,7 @@ pub fn main() -> ExitCode {
             Command::Activate(args) => admin::activate(args).await,
             Command::Status(args) => admin::status(args).await,
             Command::Invoke(args) => admin::invoke(args).await,
+            Command::Test(args) => test::test(args).await,
             Command::Token(args) => admin::token(args),
             // Run before the runtime starts, above.
             Command::CompileWorker(_) => ExitCode::SUCCESS,

@@ -166,6 +166,13 @@ impl TestHostBuilder {
         self
     }
 
+    /// The whole tenant: its name, limits, capabilities and retry policy
+    /// (as `corral serve` reads them from a configuration).
+    pub fn policy(mut self, tenant: Tenant) -> Self {
+        self.tenant = tenant;
+        self
+    }
+
     /// The tenant name the guest sees in `info()`.
     pub fn tenant(mut self, name: &str) -> Self {
         self.tenant.name = name.to_owned();
