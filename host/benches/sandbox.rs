@@ -196,8 +196,48 @@ async fn in_flight() -> Result<()> {
     Ok(())
 }
 
+/// `sandbox count N`: N tasks of corral's full path on one thread, with a
+/// pool small enough for valgrind to reserve, and nothing else; run under
+/// `valgrind --tool=callgrind` at two counts, the difference of the
+/// instruction counts over the difference of N is the instructions per
+/// task, repeatable where wall time is not.
+async fn count(n: usize) -> Result<()> {
+    let sandbox = Sandbox::new(SandboxConfig {
+        max_instances: 4,
+        max_memory: 16 << 20,
+        ..SandboxConfig::default()
+    })?;
+    let echo = sandbox
+        .load_file(&example("echo"))
+        .context("run examples/build.sh first")?;
+    let tenant = sandbox.prepare(Tenant {
+        name: "bench".into(),
+        limits: Limits {
+            memory: 16 << 20,
+            ..Limits::default()
+        },
+        ..Tenant::default()
+    })?;
+    for _ in 0..n {
+        let task = Task::new("demo:echo/api.echo-u32", vec![json!(7)]);
+        let out = sandbox.execute(&echo, &tenant, task).await;
+        anyhow::ensure!(out == Ok(json!(7)), "{out:?}");
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("count") {
+        let n = args
+            .get(2)
+            .and_then(|n| n.parse().ok())
+            .context("count N")?;
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(count(n));
+    }
     let only = |name: &str| {
         !args.iter().skip(1).any(|a| !a.starts_with('-')) || args.iter().any(|a| a == name)
     };
