@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use corral::sandbox::{Limits, Sandbox, SandboxConfig, Task, Tenant};
+use corral::sandbox::{Limits, PreparedTenant, Sandbox, SandboxConfig, Task, Tenant};
 use serde_json::json;
 use wasmtime::Store;
 use wasmtime::component::{Linker, ResourceTable};
@@ -123,6 +123,18 @@ async fn overhead() -> Result<()> {
     Ok(())
 }
 
+/// The bench tenant with 16 MiB of memory, for the small pools.
+fn small_tenant(sandbox: &Sandbox) -> Result<PreparedTenant> {
+    Ok(sandbox.prepare(Tenant {
+        name: "bench".into(),
+        limits: Limits {
+            memory: 16 << 20,
+            ..Limits::default()
+        },
+        ..Tenant::default()
+    })?)
+}
+
 fn resident_bytes() -> Result<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm")?;
     let pages: u64 = statm.split_whitespace().nth(1).context("statm")?.parse()?;
@@ -140,14 +152,7 @@ async fn in_flight() -> Result<()> {
         ..SandboxConfig::default()
     })?;
     let misbehave = sandbox.load_file(&example("misbehave"))?;
-    let tenant = sandbox.prepare(Tenant {
-        name: "bench".into(),
-        limits: Limits {
-            memory: 16 << 20,
-            ..Limits::default()
-        },
-        ..Tenant::default()
-    })?;
+    let tenant = small_tenant(&sandbox)?;
     let linear = match sandbox
         .execute(
             &misbehave,
@@ -210,14 +215,7 @@ async fn count(n: usize) -> Result<()> {
     let echo = sandbox
         .load_file(&example("echo"))
         .context("run examples/build.sh first")?;
-    let tenant = sandbox.prepare(Tenant {
-        name: "bench".into(),
-        limits: Limits {
-            memory: 16 << 20,
-            ..Limits::default()
-        },
-        ..Tenant::default()
-    })?;
+    let tenant = small_tenant(&sandbox)?;
     for _ in 0..n {
         let task = Task::new("demo:echo/api.echo-u32", vec![json!(7)]);
         let out = sandbox.execute(&echo, &tenant, task).await;

@@ -6,7 +6,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 
 use serde_json::json;
 
@@ -15,13 +15,15 @@ use common::admin::{Host, path};
 use common::{example, host};
 use corral::sandbox::FailureClass;
 
-/// A loopback HTTP server answering every request with its own path, on a
-/// port of its own. Returns the port.
-fn echo_server() -> u16 {
+/// A loopback HTTP server on a port of its own: for each connection, reads
+/// the request's head and hands its request line and the stream to
+/// `respond` (on a thread of its own). Returns the port.
+fn loopback_server(respond: impl Fn(&str, &TcpStream) + Clone + Send + 'static) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
+            let respond = respond.clone();
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(&stream);
                 let mut request_line = String::new();
@@ -33,18 +35,24 @@ fn echo_server() -> u16 {
                 while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
                     line.clear();
                 }
-                let path = request_line.split(' ').nth(1).unwrap_or("?").to_owned();
-                let body = format!("you asked for {path}");
-                let mut stream = &stream;
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
+                respond(&request_line, &stream);
             });
         }
     });
     port
+}
+
+/// A loopback HTTP server answering every request with its own path.
+fn echo_server() -> u16 {
+    loopback_server(|request_line, mut stream| {
+        let path = request_line.split(' ').nth(1).unwrap_or("?");
+        let body = format!("you asked for {path}");
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -105,32 +113,19 @@ async fn a_task_sends_at_most_its_limit_of_requests() {
 /// A loopback server whose every response body never ends: it writes 64 KiB
 /// chunks until the client goes away, then sends how many bytes it wrote.
 fn endless_server() -> (u16, std::sync::mpsc::Receiver<u64>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let (written, total) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let written = written.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(&stream);
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                let mut stream = &stream;
-                let chunk = vec![b'x'; 64 << 10];
-                let mut sent = 0u64;
-                if stream
-                    .write_all(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n")
-                    .is_ok()
-                {
-                    while stream.write_all(&chunk).is_ok() {
-                        sent += chunk.len() as u64;
-                    }
-                }
-                let _ = written.send(sent);
-            });
+    let port = loopback_server(move |_, mut stream| {
+        let chunk = vec![b'x'; 64 << 10];
+        let mut sent = 0u64;
+        if stream
+            .write_all(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n")
+            .is_ok()
+        {
+            while stream.write_all(&chunk).is_ok() {
+                sent += chunk.len() as u64;
+            }
         }
+        let _ = written.send(sent);
     });
     (port, total)
 }

@@ -29,19 +29,6 @@ pub struct Args {
     port: Option<u16>,
 }
 
-fn default_components() -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir("examples/dist") else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
-        .collect();
-    files.sort();
-    files
-}
-
 /// `corral dev`'s configuration, written as an operator's file would be and
 /// read through the same checks: one tenant, `dev`, serving `files` on the
 /// dev server at `address`.
@@ -75,7 +62,7 @@ components = [{components}]
 
 pub async fn dev(args: Args) -> ExitCode {
     let files = if args.files.is_empty() {
-        default_components()
+        super::files_named(Path::new("examples/dist"), ".wasm")
     } else {
         args.files
     };

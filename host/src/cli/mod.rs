@@ -132,6 +132,25 @@ pub(crate) fn init_tracing(default_filter: &str, json: bool) {
     }
 }
 
+/// The files in `dir` whose names end with `suffix`, sorted (none when
+/// `dir` cannot be read): the default inputs of `dev` and `test`.
+fn files_named(dir: &std::path::Path, suffix: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(suffix))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
 /// What a server logs by default.
 pub(crate) const SERVER_LOG: &str = "warn,corral=info";
 

@@ -535,18 +535,13 @@ impl Catalog {
                         .join(", ")
                 )))
             }
-            Err(
-                e @ LoadError::Compile(
-                    CompileError::TooSlow(_) | CompileError::TooBig(_) | CompileError::Worker(_),
-                ),
-            ) => {
+            Err(LoadError::Compile(e @ (CompileError::TooSlow(_) | CompileError::TooBig(_)))) => {
                 tracing::warn!("a component was refused: {e}");
-                Err(match e {
-                    LoadError::Compile(CompileError::Worker(_)) => {
-                        ControlError::Internal(e.to_string())
-                    }
-                    _ => ControlError::QuotaExceeded(e.to_string()),
-                })
+                Err(ControlError::QuotaExceeded(e.to_string()))
+            }
+            Err(LoadError::Compile(e @ CompileError::Worker(_))) => {
+                tracing::warn!("a component could not be compiled: {e}");
+                Err(ControlError::Internal(e.to_string()))
             }
             Err(e) => Err(ControlError::InvalidArgument(e.to_string())),
         }

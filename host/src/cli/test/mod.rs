@@ -45,26 +45,9 @@ pub struct FileResult {
     pub error: Option<String>,
 }
 
-fn discover() -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(".") else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(".test.toml"))
-        })
-        .collect();
-    files.sort();
-    files
-}
-
 pub async fn test(args: Args) -> ExitCode {
     let files = if args.files.is_empty() {
-        discover()
+        super::files_named(Path::new("."), ".test.toml")
     } else {
         args.files
     };
