@@ -128,3 +128,52 @@ fn no_test_files_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("no test files"), "{}", text(&out));
 }
+
+#[test]
+fn a_file_that_cannot_run_names_its_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let greeter = example("greeter").display().to_string();
+    let case = r#"
+[[case]]
+name = "greets"
+activity = "demo:greeter/api.greet"
+args = [{ name = "Ada", language = "english" }, "casual"]
+"#;
+    let files = [
+        (
+            "limit",
+            format!(
+                "component = {greeter:?}\nlimits = {{ memory = \"lots\" }}\n{case}expect = {{ result = 1 }}\n"
+            ),
+            "its limits or capabilities: limits.memory: `lots` is not a byte size",
+        ),
+        (
+            "class",
+            format!(
+                "component = {greeter:?}\n{case}expect = {{ failure = {{ class = \"Oops\" }} }}\n"
+            ),
+            "case `greets`: expect.failure.class: `Oops` is not a failure class",
+        ),
+        (
+            "both",
+            format!(
+                "component = {greeter:?}\n{case}expect = {{ result = 1, failure = {{ class = \"Trap\" }} }}\n"
+            ),
+            "expect exactly one of result, result_json or failure",
+        ),
+        (
+            "missing",
+            format!("component = \"nowhere.wasm\"\n{case}expect = {{ result = 1 }}\n"),
+            "reading `nowhere.wasm`: No such file or directory",
+        ),
+    ];
+    for (name, text_of_file, problem) in files {
+        let file = format!("{name}.test.toml");
+        std::fs::write(dir.path().join(&file), text_of_file).unwrap();
+        let out = corral_test(dir.path(), &[&file]);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{name}: {said}");
+        assert!(said.contains(&format!("FAIL {file}: ")), "{name}: {said}");
+        assert!(said.contains(problem), "{name}: {said}");
+    }
+}

@@ -214,7 +214,20 @@ fn policy(raw: &RawFile, component: &Path, base: &Path) -> Result<Tenant, Config
     }
     let mut root = toml::Table::new();
     root.insert("tenant".into(), vec![toml::Value::from(tenant)].into());
-    let config = Config::parse(&root.to_string(), base)?;
+    // The keys it names are the test file's own (`limits.memory`), not
+    // those of the one-tenant configuration it was written into.
+    let own_key = |key: String| key.replace("tenant[0] (`test`).", "");
+    let config = Config::parse(&root.to_string(), base).map_err(|e| match e {
+        ConfigError::Invalid { key, problem } => ConfigError::Invalid {
+            key: own_key(key),
+            problem,
+        },
+        ConfigError::Policy { key, source } => ConfigError::Policy {
+            key: own_key(key),
+            source,
+        },
+        other => other,
+    })?;
     Ok(config
         .tenants
         .into_iter()
