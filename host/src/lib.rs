@@ -5,13 +5,12 @@
 // finished task, never on a hot path, so its size does not matter.
 #![allow(clippy::result_large_err)]
 
-mod backoff;
 pub mod config;
 pub mod connectors;
 pub mod control;
 pub mod dev_server;
-pub mod metrics;
-pub mod sandbox;
-pub mod session;
-mod sync;
-pub mod testing;
+
+// The engine-independent core lives in `corral-harness` (so activity
+// authors' tests build without the engines); corral re-exports it whole.
+use corral_harness::{backoff, sync};
+pub use corral_harness::{metrics, sandbox, session, testing};

@@ -2,7 +2,7 @@
 //! loop's [`Connector`](crate::session::Connector) trait.
 
 pub mod aion;
-pub mod local;
+pub use corral_harness::local;
 pub mod temporal;
 
 /// The identity this process reports to engines: `corral@<host>:<pid>`.

@@ -6,14 +6,14 @@ use std::time::Duration;
 /// Waits that start at `first` and double up to `max`; [`Backoff::reset`]
 /// after a success starts again from `first`.
 #[derive(Debug, Clone)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     first: Duration,
     max: Duration,
     upcoming: Duration,
 }
 
 impl Backoff {
-    pub(crate) fn new(first: Duration, max: Duration) -> Self {
+    pub fn new(first: Duration, max: Duration) -> Self {
         Backoff {
             first,
             max,
@@ -22,29 +22,29 @@ impl Backoff {
     }
 
     /// The wait the next [`Backoff::next`] returns.
-    pub(crate) fn upcoming(&self) -> Duration {
+    pub fn upcoming(&self) -> Duration {
         self.upcoming
     }
 
     /// The next wait; the one after it is twice as long, up to the cap.
-    pub(crate) fn next(&mut self) -> Duration {
+    pub fn advance(&mut self) -> Duration {
         let wait = self.upcoming;
         self.upcoming = (wait * 2).min(self.max);
         wait
     }
 
     /// Sleeps the next wait.
-    pub(crate) async fn wait(&mut self) {
-        tokio::time::sleep(self.next()).await;
+    pub async fn wait(&mut self) {
+        tokio::time::sleep(self.advance()).await;
     }
 
-    pub(crate) fn reset(&mut self) {
+    pub fn reset(&mut self) {
         self.upcoming = self.first;
     }
 }
 
 /// What one try of [`patiently`] found.
-pub(crate) enum Try<T, E> {
+pub enum Try<T, E> {
     Done(T),
     /// Worth trying again (the other side is not up yet).
     Again(E),
@@ -56,7 +56,7 @@ pub(crate) enum Try<T, E> {
 /// between tries while another try still fits in `patience`; `waiting`
 /// hears of each transient failure and the wait before the next try. The
 /// last transient failure is the error once patience runs out.
-pub(crate) async fn patiently<T, E, F>(
+pub async fn patiently<T, E, F>(
     patience: Duration,
     mut backoff: Backoff,
     mut attempt: impl FnMut() -> F,
@@ -86,7 +86,7 @@ mod tests {
     #[test]
     fn waits_double_up_to_the_cap_and_reset_to_the_first() {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));
-        let waits: Vec<u128> = (0..4).map(|_| backoff.next().as_millis()).collect();
+        let waits: Vec<u128> = (0..4).map(|_| backoff.advance().as_millis()).collect();
         assert_eq!(waits, [100, 200, 350, 350]);
         backoff.reset();
         assert_eq!(backoff.upcoming(), Duration::from_millis(100));

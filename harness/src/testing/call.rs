@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::TestComponent;
-use crate::connectors::local::{Canceller, Submission};
+use crate::local::{Canceller, Submission};
 use crate::sandbox::{Failure, FailureClass, LogLevel, Outcome, Stream, TaskInfo, TaskObserver};
 use crate::session::Args;
 

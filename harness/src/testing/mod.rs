@@ -6,8 +6,8 @@
 //! deadlines, and read back the outcome, heartbeats, log lines and output.
 //!
 //! ```no_run
-//! use corral::sandbox::FailureClass;
-//! use corral::testing::TestHost;
+//! use corral_harness::sandbox::FailureClass;
+//! use corral_harness::testing::TestHost;
 //! use serde_json::json;
 //! use std::time::Duration;
 //!
@@ -52,7 +52,7 @@ mod call;
 
 pub use call::{Call, LogLine, TestRun};
 
-use crate::connectors::local::LocalLoop;
+use crate::local::LocalLoop;
 use crate::metrics::Metrics;
 use crate::sandbox::{
     ActivityType, DirGrant, DirMode, FailureClass, LoadError, LoadedComponent, PreparedTenant,
