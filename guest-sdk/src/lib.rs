@@ -25,19 +25,13 @@
 //! }
 //! ```
 //!
-//! 2. Generate bindings for your world, pointing wit-bindgen at corral's WIT
-//!    package (copy `wit/activity.wit` of the corral repository next to your
-//!    own, or into `wit/deps/`) and reusing this crate's types:
+//! 2. Generate bindings for your world with [`generate!`]: corral's WIT
+//!    package comes with this crate and its types are mapped for you, so
+//!    your `wit/` holds only your own package and your crate depends only on
+//!    `corral-guest` (and `crate-type = ["cdylib"]`):
 //!
 //! ```ignore
-//! wit_bindgen::generate!({
-//!     path: ["../corral/wit", "wit"],
-//!     world: "demo:greeter/greeter",
-//!     with: {
-//!         "corral:activity/types@0.1.0": corral_guest::types,
-//!         "corral:activity/context@0.1.0": corral_guest::context,
-//!     },
-//! });
+//! corral_guest::generate!("demo:greeter/greeter");
 //!
 //! use exports::demo::greeter::api::{Guest, Person};
 //! use corral_guest::Failure;
@@ -78,7 +72,7 @@
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "wit",
         world: "corral:activity/imports",
         additional_derives: [Clone, PartialEq],
         generate_unused_types: true,
@@ -86,6 +80,14 @@ pub mod bindings {
 }
 
 pub use bindings::corral::activity::{context, types};
+
+// `generate!`, written by the build script with the path of this crate's WIT.
+include!(concat!(env!("OUT_DIR"), "/generate.rs"));
+
+#[doc(hidden)]
+pub mod __private {
+    pub use wit_bindgen;
+}
 pub use types::{ActivityInfo, Failure};
 
 use serde::Serialize;

@@ -1,13 +1,6 @@
 //! `demo:echo`: identity functions over every WIT type.
 
-wit_bindgen::generate!({
-    path: ["../../wit", "wit"],
-    world: "demo:echo/echo",
-    with: {
-        "corral:activity/types@0.1.0": corral_guest::types,
-        "corral:activity/context@0.1.0": corral_guest::context,
-    },
-});
+corral_guest::generate!("demo:echo/echo");
 
 use exports::demo::echo::api::{Color, Guest, Order, Permissions, Person, Shape};
 

@@ -5,14 +5,7 @@ use corral_guest::Failure;
 use wasi::http::outgoing_handler;
 use wasi::http::types::{ErrorCode, Fields, OutgoingRequest, Scheme};
 
-wit_bindgen::generate!({
-    path: ["../../wit", "wit"],
-    world: "demo:fetch/fetch",
-    with: {
-        "corral:activity/types@0.1.0": corral_guest::types,
-        "corral:activity/context@0.1.0": corral_guest::context,
-    },
-});
+corral_guest::generate!("demo:fetch/fetch");
 
 use exports::demo::fetch::api::{Fetched, Guest};
 

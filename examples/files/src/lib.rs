@@ -5,14 +5,7 @@ use std::io::ErrorKind;
 
 use corral_guest::Failure;
 
-wit_bindgen::generate!({
-    path: ["../../wit", "wit"],
-    world: "demo:files/files",
-    with: {
-        "corral:activity/types@0.1.0": corral_guest::types,
-        "corral:activity/context@0.1.0": corral_guest::context,
-    },
-});
+corral_guest::generate!("demo:files/files");
 
 use exports::demo::files::api::Guest;
 

@@ -6,14 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use corral_guest::Failure;
 
-wit_bindgen::generate!({
-    path: ["../../wit", "wit"],
-    world: "demo:greeter/greeter",
-    with: {
-        "corral:activity/types@0.1.0": corral_guest::types,
-        "corral:activity/context@0.1.0": corral_guest::context,
-    },
-});
+corral_guest::generate!("demo:greeter/greeter");
 
 use exports::demo::greeter::api::{Greeting, Guest, Language, Person, Tone};
 

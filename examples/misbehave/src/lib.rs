@@ -9,14 +9,7 @@ use std::time::Duration;
 
 use corral_guest::Failure;
 
-wit_bindgen::generate!({
-    path: ["../../wit", "wit"],
-    world: "demo:misbehave/misbehave",
-    with: {
-        "corral:activity/types@0.1.0": corral_guest::types,
-        "corral:activity/context@0.1.0": corral_guest::context,
-    },
-});
+corral_guest::generate!("demo:misbehave/misbehave");
 
 use exports::demo::misbehave::api::Guest;
 

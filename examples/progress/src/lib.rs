@@ -6,14 +6,7 @@ use std::time::Duration;
 use corral_guest::Failure;
 use serde::{Deserialize, Serialize};
 
-wit_bindgen::generate!({
-    path: ["../../wit", "wit"],
-    world: "demo:progress/progress",
-    with: {
-        "corral:activity/types@0.1.0": corral_guest::types,
-        "corral:activity/context@0.1.0": corral_guest::context,
-    },
-});
+corral_guest::generate!("demo:progress/progress");
 
 use exports::demo::progress::api::Guest;
 

@@ -4,24 +4,10 @@
 use std::time::{Duration, Instant};
 
 #[cfg(not(feature = "v2"))]
-wit_bindgen::generate!({
-    path: ["../../wit", "wit"],
-    world: "demo:versioned/v1",
-    with: {
-        "corral:activity/types@0.1.0": corral_guest::types,
-        "corral:activity/context@0.1.0": corral_guest::context,
-    },
-});
+corral_guest::generate!("demo:versioned/v1");
 
 #[cfg(feature = "v2")]
-wit_bindgen::generate!({
-    path: ["../../wit", "wit"],
-    world: "demo:versioned/v2",
-    with: {
-        "corral:activity/types@0.1.0": corral_guest::types,
-        "corral:activity/context@0.1.0": corral_guest::context,
-    },
-});
+corral_guest::generate!("demo:versioned/v2");
 
 const VERSION: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
 

@@ -5,14 +5,7 @@
 use std::hint::black_box;
 use std::io::Write;
 
-wit_bindgen::generate!({
-    path: ["../../../wit", "wit"],
-    world: "demo:hostile/hostile",
-    with: {
-        "corral:activity/types@0.1.0": corral_guest::types,
-        "corral:activity/context@0.1.0": corral_guest::context,
-    },
-});
+corral_guest::generate!("demo:hostile/hostile");
 
 use exports::demo::hostile::api::Guest;
 
