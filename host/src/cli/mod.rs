@@ -5,6 +5,7 @@
 mod admin;
 mod dev;
 mod inspect;
+mod new;
 mod run;
 mod serve;
 mod test;
@@ -58,6 +59,9 @@ enum Command {
     /// Run the test cases of *.test.toml files (any guest language) in the
     /// sandbox, with the limits and session loop of `serve`.
     Test(test::Args),
+    /// Create an activity project (Rust, Python or JavaScript) that builds
+    /// and passes its own tests.
+    New(new::Args),
     /// Generate an admin API token and the SHA-256 to put in corral.toml.
     Token(admin::TokenArgs),
     /// Compile the component on stdin to the artifact on stdout: the child
@@ -140,7 +144,11 @@ fn files_named(dir: &std::path::Path, suffix: &str) -> Vec<PathBuf> {
     };
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
-        .map(|e| e.path())
+        // `hello.test.toml`, not `./hello.test.toml`, for the current directory.
+        .map(|e| match dir == std::path::Path::new(".") {
+            true => PathBuf::from(e.file_name()),
+            false => e.path(),
+        })
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
@@ -189,6 +197,7 @@ pub fn main() -> ExitCode {
             Command::Invoke(args) => admin::invoke(args).await,
             Command::Test(args) => test::test(args).await,
             Command::Token(args) => admin::token(args),
+            Command::New(args) => new::new(args),
             // Run before the runtime starts, above.
             Command::CompileWorker(_) => ExitCode::SUCCESS,
         }
