@@ -434,7 +434,13 @@ fn corral_dev_starts_a_server_prints_working_commands_and_stops_everything() {
     let port = common::processes::free_port();
     let mut dev = Corral::start_in(
         Some(&root),
-        &["dev".into(), "--port".into(), port.to_string()],
+        &[
+            "dev".into(),
+            "--port".into(),
+            port.to_string(),
+            "--admin-port".into(),
+            common::processes::free_port().to_string(),
+        ],
         tempfile::tempdir().unwrap(),
     );
     // Every example is served, `fetch` (which imports wasi:http) among them.
@@ -506,6 +512,7 @@ fn corral_dev_stops_with_a_clear_error_when_its_server_cannot_start() {
     let mut dev = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
         .args(["dev", &example("greeter").display().to_string()])
         .args(["--port", &port.to_string()])
+        .args(["--admin-port", &common::processes::free_port().to_string()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
