@@ -39,6 +39,10 @@ if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
     echo "setup: installing openssl (the admin API's TLS test makes certificates with it)" >&2
     apt-get install -y -qq openssl >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openssl)
   fi
+  if ! command -v docker-registry >/dev/null; then
+    echo "setup: installing docker-registry (the OCI tests push to and pull from a real registry)" >&2
+    apt-get install -y -qq docker-registry >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq docker-registry)
+  fi
   installed_components="$(rustup component list --installed)"
   for component in clippy rustfmt; do
     if ! grep -q "^$component" <<<"$installed_components"; then

@@ -9,6 +9,7 @@ pub mod config;
 pub mod connectors;
 pub mod control;
 pub mod dev_server;
+pub mod oci;
 
 // The engine-independent core lives in `corral-harness` (so activity
 // authors' tests build without the engines); corral re-exports it whole.

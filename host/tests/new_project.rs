@@ -91,7 +91,7 @@ fn a_new_project_in_each_language_builds_passes_its_tests_and_serves_temporal_on
         .to_owned();
 
     for (lang, name) in &languages {
-        let project = root.path().join(&name);
+        let project = root.path().join(name);
         let out = Command::new(env!("CARGO_BIN_EXE_corral"))
             .args(["deploy", &format!("dist/{name}.wasm")])
             .env("CORRAL_ENDPOINT", format!("http://127.0.0.1:{admin_port}"))

@@ -1,33 +1,38 @@
-//! `corral inspect <file.wasm> [--json]`.
+//! `corral inspect <file.wasm | oci://…> [--json]`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
 
 use corral::sandbox::Sandbox;
 
-use super::{CacheArgs, usage_error};
+use super::{CacheArgs, RegistryArgs, read_component, usage_error};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The component file.
-    file: PathBuf,
+    /// The component: a file, or oci://REGISTRY/REPOSITORY:TAG (or @sha256:…).
+    file: String,
     /// Print `{"activities":[{"name","params":[{"name","type"}],"result"}],"imports":[…]}`.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     cache: CacheArgs,
+    #[command(flatten)]
+    registry: RegistryArgs,
 }
 
-pub fn inspect(args: Args) -> ExitCode {
+pub async fn inspect(args: Args) -> ExitCode {
     let sandbox = match Sandbox::new(args.cache.sandbox_config()) {
         Ok(sandbox) => sandbox,
         Err(e) => return usage_error(format!("{e:#}")),
     };
-    let component = match sandbox.load_file(&args.file) {
+    let bytes = match read_component(&args.file, &args.registry).await {
+        Ok(bytes) => bytes,
+        Err(e) => return usage_error(e),
+    };
+    let component = match sandbox.load(&bytes) {
         Ok(component) => component,
-        Err(e) => return usage_error(format!("cannot load `{}`: {e}", args.file.display())),
+        Err(e) => return usage_error(format!("cannot load `{}`: {e}", args.file)),
     };
     if args.json {
         let activities: Vec<_> = component.activities.iter().map(|a| a.describe()).collect();
@@ -40,7 +45,7 @@ pub fn inspect(args: Args) -> ExitCode {
         println!("{doc}");
         return ExitCode::SUCCESS;
     }
-    println!("{} ({})", args.file.display(), component.digest);
+    println!("{} ({})", args.file, component.digest);
     println!("activity types:");
     for activity in &component.activities {
         println!("  {}: {}", activity.name, activity.signature());

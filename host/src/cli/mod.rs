@@ -6,6 +6,7 @@ mod admin;
 mod dev;
 mod inspect;
 mod new;
+mod push;
 mod run;
 mod serve;
 mod test;
@@ -59,6 +60,8 @@ enum Command {
     /// Run the test cases of *.test.toml files (any guest language) in the
     /// sandbox, with the limits and session loop of `serve`.
     Test(test::Args),
+    /// Publish a component to an OCI registry (the Wasm OCI artifact layout).
+    Push(push::Args),
     /// Create an activity project (Rust, Python or JavaScript) that builds
     /// and passes its own tests.
     New(new::Args),
@@ -102,6 +105,59 @@ impl CacheArgs {
             ..SandboxConfig::default()
         }
     }
+}
+
+/// How commands reach OCI registries.
+#[derive(clap::Args)]
+struct RegistryArgs {
+    /// A registry that may be reached in plain HTTP, HOST[:PORT]; only these
+    /// are (repeatable). Credentials come from CORRAL_REGISTRY_USERNAME and
+    /// CORRAL_REGISTRY_PASSWORD.
+    #[arg(
+        long = "insecure-registry",
+        value_name = "HOST[:PORT]",
+        env = "CORRAL_INSECURE_REGISTRIES",
+        value_delimiter = ','
+    )]
+    insecure: Vec<String>,
+}
+
+/// The largest component a command pulls.
+const MAX_PULL: u64 = 256 << 20;
+
+impl RegistryArgs {
+    fn registries(&self) -> corral::oci::Registries {
+        corral::oci::Registries::from_env(self.insecure.clone(), MAX_PULL)
+    }
+}
+
+/// The bytes of the component `source` names: a file, or `oci://…`,
+/// pulled (and said so on stderr).
+async fn read_component(source: &str, registry: &RegistryArgs) -> Result<Vec<u8>, String> {
+    if !corral::oci::is_reference(source) {
+        return std::fs::read(source).map_err(|e| format!("cannot read `{source}`: {e}"));
+    }
+    let reference: corral::oci::OciRef = source.parse().map_err(|e| error_chain(&e))?;
+    let pulled = corral::oci::pull(&reference, &registry.registries())
+        .await
+        .map_err(|e| error_chain(&e))?;
+    eprintln!("corral: pulled {reference} ({})", pulled.manifest_digest);
+    Ok(pulled.bytes)
+}
+
+/// An error and its causes, on one line.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 pub(crate) fn default_cache_dir() -> Option<PathBuf> {
@@ -184,7 +240,7 @@ pub fn main() -> ExitCode {
     };
     runtime.block_on(async {
         match cli.command {
-            Command::Inspect(args) => inspect::inspect(args),
+            Command::Inspect(args) => inspect::inspect(args).await,
             Command::Run(args) => run::run(args).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Dev(args) => dev::dev(args).await,
@@ -198,6 +254,7 @@ pub fn main() -> ExitCode {
             Command::Test(args) => test::test(args).await,
             Command::Token(args) => admin::token(args),
             Command::New(args) => new::new(args),
+            Command::Push(args) => push::push(args).await,
             // Run before the runtime starts, above.
             Command::CompileWorker(_) => ExitCode::SUCCESS,
         }

@@ -1,6 +1,5 @@
-//! `corral run <file.wasm> <activity-type> [ARG_JSON …]`.
+//! `corral run <file.wasm | oci://…> <activity-type> [ARG_JSON …]`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +14,12 @@ use corral::sandbox::{
 };
 use corral::session::{Permits, Registry, Session};
 
-use super::{CacheArgs, usage_error};
+use super::{CacheArgs, RegistryArgs, read_component, usage_error};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The component file.
-    file: PathBuf,
+    /// The component: a file, or oci://REGISTRY/REPOSITORY:TAG (or @sha256:…).
+    file: String,
     /// The activity type, e.g. `demo:greeter/api.greet`.
     activity_type: String,
     /// One JSON value per WIT parameter.
@@ -53,6 +52,8 @@ pub struct Args {
     json: bool,
     #[command(flatten)]
     cache: CacheArgs,
+    #[command(flatten)]
+    registry: RegistryArgs,
 }
 
 fn parse_env(text: &str) -> Result<(String, String), String> {
@@ -125,9 +126,13 @@ pub async fn run(args: Args) -> ExitCode {
         Ok(tenant) => tenant,
         Err(e) => return usage_error(e),
     };
-    let component = match sandbox.load_file(&args.file) {
+    let bytes = match read_component(&args.file, &args.registry).await {
+        Ok(bytes) => bytes,
+        Err(e) => return usage_error(e),
+    };
+    let component = match sandbox.load(&bytes) {
         Ok(component) => component,
-        Err(e) => return usage_error(format!("cannot load `{}`: {e}", args.file.display())),
+        Err(e) => return usage_error(format!("cannot load `{}`: {e}", args.file)),
     };
     // The session loop, as under `corral serve`, with this process as the
     // engine: one tenant, one component, one task at a time.
@@ -168,7 +173,7 @@ pub async fn run(args: Args) -> ExitCode {
         }
         // Naming an activity type the file lacks is a usage error.
         Err(failure) if failure.class == FailureClass::UnknownActivity && !args.json => {
-            usage_error(format!("`{}`: {}", args.file.display(), failure.message))
+            usage_error(format!("`{}`: {}", args.file, failure.message))
         }
         Err(failure) => {
             if args.json {

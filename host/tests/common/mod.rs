@@ -6,6 +6,7 @@ pub mod activities;
 pub mod admin;
 pub mod aion;
 pub mod processes;
+pub mod registry;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,0 +1,448 @@
+//! Components in OCI registries, as the CNCF "Wasm OCI artifact" layout
+//! (`wkg oci`, Spin and wasmCloud use it): one `application/wasm` layer, a
+//! `application/vnd.wasm.config.v0+json` config. Pull and push go through
+//! the published `oci-client` / `oci-wasm` crates; corral adds the bounds
+//! (sizes, timeouts, plain HTTP only where allowed), the checks (a pinned
+//! digest is the manifest's, the layer is a component) and clear errors.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use oci_wasm::{WASM_LAYER_MEDIA_TYPE, WasmClient, WasmConfig};
+use sha2::{Digest, Sha256};
+
+/// How an OCI reference is written where a file path is also accepted.
+pub const SCHEME: &str = "oci://";
+
+/// The manifest annotation listing a component's activity types (JSON: an
+/// array of `{name, signature}`), written by `corral push`.
+pub const ACTIVITY_TYPES_ANNOTATION: &str = "dev.corral.activity-types";
+
+/// A component's place in a registry: `oci://registry/repository:tag` or
+/// `oci://registry/repository@sha256:…`.
+#[derive(Clone)]
+pub struct OciRef {
+    reference: Reference,
+}
+
+impl OciRef {
+    /// The registry's host (and port).
+    pub fn registry(&self) -> &str {
+        self.reference.registry()
+    }
+
+    /// The digest the reference pins, if it pins one.
+    pub fn digest(&self) -> Option<&str> {
+        self.reference.digest()
+    }
+}
+
+impl fmt::Display for OciRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{SCHEME}{}", self.reference.whole())
+    }
+}
+
+impl FromStr for OciRef {
+    type Err = OciError;
+
+    fn from_str(text: &str) -> Result<Self, OciError> {
+        let bad = |why: String| OciError::Reference {
+            reference: text.to_owned(),
+            why,
+        };
+        let rest = text
+            .strip_prefix(SCHEME)
+            .ok_or_else(|| bad(format!("it does not start with {SCHEME}")))?;
+        // Without a registry, oci-client would quietly mean Docker Hub.
+        let (registry, _) = rest
+            .split_once('/')
+            .ok_or_else(|| bad("it names no repository: oci://REGISTRY/REPOSITORY:TAG".into()))?;
+        if !registry.contains(['.', ':']) && registry != "localhost" {
+            return Err(bad(format!(
+                "`{registry}` is not a registry host (oci://registry.example.com/…)"
+            )));
+        }
+        // oci-client would quietly mean `:latest`: a host should run what
+        // was named.
+        let last = rest.rsplit('/').next().unwrap_or_default();
+        if !last.contains([':', '@']) {
+            return Err(bad("it names no tag or digest (…:1.0 or …@sha256:…)".into()));
+        }
+        let reference = Reference::from_str(rest).map_err(|e| bad(e.to_string()))?;
+        Ok(OciRef { reference })
+    }
+}
+
+/// Whether `text` is meant as an OCI reference rather than a file.
+pub fn is_reference(text: &str) -> bool {
+    text.starts_with(SCHEME)
+}
+
+/// Who may be reached and how: registries that may be spoken to in plain
+/// HTTP (only these), credentials, and the largest component pulled.
+#[derive(Clone)]
+pub struct Registries {
+    pub insecure: Vec<String>,
+    pub auth: RegistryAuth,
+    pub max_bytes: u64,
+    pub timeout: Duration,
+}
+
+impl Registries {
+    /// Plain HTTP for `insecure` only; credentials from
+    /// `CORRAL_REGISTRY_USERNAME` / `CORRAL_REGISTRY_PASSWORD` (never a
+    /// command line: others can read it).
+    pub fn from_env(insecure: Vec<String>, max_bytes: u64) -> Self {
+        let auth = match (
+            std::env::var("CORRAL_REGISTRY_USERNAME"),
+            std::env::var("CORRAL_REGISTRY_PASSWORD"),
+        ) {
+            (Ok(user), Ok(password)) => RegistryAuth::Basic(user, password),
+            _ => RegistryAuth::Anonymous,
+        };
+        Registries {
+            insecure,
+            auth,
+            max_bytes,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    fn client(&self) -> WasmClient {
+        WasmClient::new(Client::new(ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(self.insecure.clone()),
+            connect_timeout: Some(Duration::from_secs(10)),
+            read_timeout: Some(self.timeout),
+            ..ClientConfig::default()
+        }))
+    }
+}
+
+/// Why a pull or push failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    #[error("`{reference}` is not an OCI reference: {why}")]
+    Reference { reference: String, why: String },
+    #[error("cannot reach the registry {registry}{hint}")]
+    Unreachable {
+        registry: String,
+        hint: &'static str,
+        #[source]
+        source: OciDistributionError,
+    },
+    #[error("{reference} was not found in its registry")]
+    NotFound {
+        reference: String,
+        #[source]
+        source: OciDistributionError,
+    },
+    #[error(
+        "the registry refused the credentials for {reference} (set CORRAL_REGISTRY_USERNAME and CORRAL_REGISTRY_PASSWORD)"
+    )]
+    Unauthorized {
+        reference: String,
+        #[source]
+        source: OciDistributionError,
+    },
+    #[error("{reference}: {source}")]
+    Registry {
+        reference: String,
+        #[source]
+        source: OciDistributionError,
+    },
+    #[error("{reference} is not a Wasm component artifact: {why}")]
+    NotAComponent { reference: String, why: String },
+    #[error("{reference}: the registry sent a manifest whose digest is {actual}")]
+    DigestMismatch { reference: String, actual: String },
+    #[error("{reference} is {size} bytes, over the limit of {limit} bytes")]
+    TooBig {
+        reference: String,
+        size: u64,
+        limit: u64,
+    },
+    #[error("cannot describe the component to push")]
+    Describe(#[source] anyhow::Error),
+}
+
+/// What a pull brought: the component and the digests that name it.
+pub struct Pulled {
+    pub bytes: Vec<u8>,
+    /// The manifest's digest: `oci://…@<this>` pulls exactly this again.
+    pub manifest_digest: String,
+}
+
+fn classify(reference: &OciRef, registries: &Registries, e: OciDistributionError) -> OciError {
+    let text = reference.to_string();
+    match &e {
+        OciDistributionError::RequestError(r) if r.is_connect() || r.is_timeout() => {
+            let insecure = registries
+                .insecure
+                .iter()
+                .any(|r| r == reference.registry());
+            OciError::Unreachable {
+                registry: reference.registry().to_owned(),
+                hint: if insecure {
+                    ""
+                } else {
+                    " over HTTPS (a plain-HTTP registry must be listed as insecure)"
+                },
+                source: e,
+            }
+        }
+        OciDistributionError::RegistryError { envelope, .. }
+            if envelope.errors.iter().any(|e| {
+                matches!(
+                    e.code,
+                    OciErrorCode::ManifestUnknown
+                        | OciErrorCode::NameUnknown
+                        | OciErrorCode::BlobUnknown
+                        | OciErrorCode::NotFound
+                )
+            }) =>
+        {
+            OciError::NotFound {
+                reference: text,
+                source: e,
+            }
+        }
+        OciDistributionError::RegistryError { envelope, .. }
+            if envelope.errors.iter().any(|e| {
+                matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)
+            }) =>
+        {
+            OciError::Unauthorized {
+                reference: text,
+                source: e,
+            }
+        }
+        OciDistributionError::ImageManifestNotFoundError(_) => OciError::NotFound {
+            reference: text,
+            source: e,
+        },
+        OciDistributionError::ServerError { code: 404, .. } => OciError::NotFound {
+            reference: text,
+            source: e,
+        },
+        OciDistributionError::UnauthorizedError { .. }
+        | OciDistributionError::AuthenticationFailure(_)
+        | OciDistributionError::ServerError {
+            code: 401 | 403, ..
+        } => OciError::Unauthorized {
+            reference: text,
+            source: e,
+        },
+        _ => OciError::Registry {
+            reference: text,
+            source: e,
+        },
+    }
+}
+
+/// Pulls the component at `reference`: its manifest (checked against a
+/// pinned digest), then its one `application/wasm` layer, within
+/// `registries.max_bytes` (the layer's digest is checked by oci-client).
+pub async fn pull(reference: &OciRef, registries: &Registries) -> Result<Pulled, OciError> {
+    let client = registries.client();
+    let text = reference.to_string();
+    let err = |e| classify(reference, registries, e);
+    let (raw, _) = client
+        .pull_manifest_raw(
+            &reference.reference,
+            &registries.auth,
+            &[OCI_IMAGE_MEDIA_TYPE],
+        )
+        .await
+        .map_err(err)?;
+    let manifest_digest = format!("sha256:{}", hex::encode(Sha256::digest(&raw)));
+    if let Some(pinned) = reference.digest()
+        && pinned != manifest_digest
+    {
+        return Err(OciError::DigestMismatch {
+            reference: text,
+            actual: manifest_digest,
+        });
+    }
+    let not_component = |why: String| OciError::NotAComponent {
+        reference: text.clone(),
+        why,
+    };
+    let manifest: OciImageManifest = serde_json::from_slice(&raw)
+        .map_err(|e| not_component(format!("its manifest is not an OCI image manifest: {e}")))?;
+    let layer = match manifest.layers.as_slice() {
+        [layer] if layer.media_type == WASM_LAYER_MEDIA_TYPE => layer,
+        layers => {
+            let types: Vec<&str> = layers.iter().map(|l| l.media_type.as_str()).collect();
+            return Err(not_component(format!(
+                "it has layers [{}], not one {WASM_LAYER_MEDIA_TYPE}",
+                types.join(", ")
+            )));
+        }
+    };
+    let size = u64::try_from(layer.size).unwrap_or(u64::MAX);
+    if size > registries.max_bytes {
+        return Err(OciError::TooBig {
+            reference: text,
+            size,
+            limit: registries.max_bytes,
+        });
+    }
+    let mut out = Capped {
+        bytes: Vec::new(),
+        limit: usize::try_from(size).unwrap_or(usize::MAX),
+    };
+    client
+        .pull_blob(&reference.reference, layer, &mut out)
+        .await
+        .map_err(|e| match e {
+            OciDistributionError::IoError(io) if io.kind() == std::io::ErrorKind::FileTooLarge => {
+                OciError::TooBig {
+                    reference: text.clone(),
+                    size: out.limit as u64 + 1,
+                    limit: size,
+                }
+            }
+            e => err(e),
+        })?;
+    Ok(Pulled {
+        bytes: out.bytes,
+        manifest_digest,
+    })
+}
+
+/// Pushes `component` to `reference` as a Wasm OCI artifact, with
+/// `annotations` on the manifest. Returns the manifest's digest.
+pub async fn push(
+    component: Vec<u8>,
+    reference: &OciRef,
+    registries: &Registries,
+    annotations: BTreeMap<String, String>,
+) -> Result<String, OciError> {
+    let (config, layer) =
+        WasmConfig::from_raw_component(component, None).map_err(OciError::Describe)?;
+    let client = registries.client();
+    client
+        .push(
+            &reference.reference,
+            &registries.auth,
+            layer,
+            config,
+            Some(annotations),
+        )
+        .await
+        .map_err(|e| match e.downcast::<OciDistributionError>() {
+            Ok(e) => classify(reference, registries, e),
+            Err(e) => OciError::Describe(e),
+        })?;
+    // The registry names what it stored: ask it, rather than recompute the
+    // manifest oci-client serialised.
+    client
+        .fetch_manifest_digest(&reference.reference, &registries.auth)
+        .await
+        .map_err(|e| classify(reference, registries, e))
+}
+
+/// A writer that refuses to grow past `limit` bytes: a registry may lie
+/// about a layer's size.
+struct Capped {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl tokio::io::AsyncWrite for Capped {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.bytes.len().saturating_add(buf.len()) > self.limit {
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                "the layer is larger than its manifest said",
+            )));
+        }
+        self.bytes.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_name_a_registry_a_repository_and_a_tag_or_digest() {
+        let ok: OciRef = "oci://registry.example.com/acme/greeter:1.2.0"
+            .parse()
+            .unwrap();
+        assert_eq!(ok.registry(), "registry.example.com");
+        assert_eq!(
+            ok.to_string(),
+            "oci://registry.example.com/acme/greeter:1.2.0"
+        );
+        let pinned: OciRef = format!(
+            "oci://127.0.0.1:5000/acme/greeter@sha256:{}",
+            "a".repeat(64)
+        )
+        .parse()
+        .unwrap();
+        assert_eq!(
+            pinned.digest(),
+            Some(format!("sha256:{}", "a".repeat(64)).as_str())
+        );
+        for (bad, why) in [
+            (
+                "registry.example.com/acme/greeter:1",
+                "does not start with oci://",
+            ),
+            ("oci://greeter:1", "names no repository"),
+            ("oci://acme/greeter:1", "is not a registry host"),
+            (
+                "oci://registry.example.com/acme/greeter",
+                "names no tag or digest",
+            ),
+            (
+                "oci://registry.example.com/Acme/greeter:1",
+                "not an OCI reference",
+            ),
+        ] {
+            let e = bad.parse::<OciRef>().err().unwrap().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_layer_longer_than_its_manifest_said_is_refused() {
+        use tokio::io::AsyncWriteExt as _;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut capped = Capped {
+                bytes: Vec::new(),
+                limit: 4,
+            };
+            capped.write_all(b"abcd").await.unwrap();
+            let e = capped.write_all(b"e").await.unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::FileTooLarge);
+            assert_eq!(capped.bytes, b"abcd");
+        });
+    }
+}

@@ -1,0 +1,209 @@
+//! Components in a real OCI registry (Debian's `docker-registry`,
+//! distribution 2.8): `corral push` writes the Wasm OCI artifact layout
+//! other tools read, `corral inspect|run oci://…` pull by tag and by digest,
+//! and every bad reference or registry is refused with an error naming it.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::activities::text;
+use common::example;
+use common::registry::Registry;
+use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+
+fn corral(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(args)
+        .env_remove("CORRAL_INSECURE_REGISTRIES")
+        .output()
+        .expect("corral runs")
+}
+
+fn plain_http_client(registry: &Registry) -> Client {
+    Client::new(ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(vec![registry.host()]),
+        ..ClientConfig::default()
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Pushes the greeter to `repository:tag`; returns the manifest digest
+/// `corral push` printed.
+fn push_greeter(registry: &Registry, repository_tag: &str) -> String {
+    let greeter = example("greeter");
+    let reference = format!("oci://{}/{repository_tag}", registry.host());
+    let out = corral(&[
+        "push",
+        greeter.to_str().unwrap(),
+        &reference,
+        "--insecure-registry",
+        &registry.host(),
+    ]);
+    assert!(out.status.success(), "push: {}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("pushed {reference} (")))
+        .unwrap_or_else(|| panic!("{}", text(&out)));
+    line.rsplit_once('(')
+        .and_then(|(_, d)| d.strip_suffix(')'))
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn a_pushed_component_is_a_wasm_oci_artifact_run_by_tag_and_by_digest() {
+    let registry = Registry::start();
+    let digest = push_greeter(&registry, "acme/greeter:1.0");
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "{digest}"
+    );
+
+    // What other tools read: the CNCF layout, and corral's annotation.
+    let reference: Reference = format!("{}/acme/greeter:1.0", registry.host())
+        .parse()
+        .unwrap();
+    let (manifest, pulled_digest) = runtime()
+        .block_on(
+            plain_http_client(&registry).pull_image_manifest(&reference, &RegistryAuth::Anonymous),
+        )
+        .unwrap();
+    assert_eq!(pulled_digest, digest);
+    assert_eq!(
+        manifest.config.media_type,
+        "application/vnd.wasm.config.v0+json"
+    );
+    let layers: Vec<&str> = manifest
+        .layers
+        .iter()
+        .map(|l| l.media_type.as_str())
+        .collect();
+    assert_eq!(layers, ["application/wasm"]);
+    let annotations = manifest.annotations.unwrap_or_default();
+    let types = &annotations["dev.corral.activity-types"];
+    assert!(types.contains("demo:greeter/api.greet"), "{types}");
+
+    let host = registry.host();
+    let by_tag = format!("oci://{host}/acme/greeter:1.0");
+    let out = corral(&["inspect", &by_tag, "--insecure-registry", &host]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("demo:greeter/api.greet-all"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains(&format!("pulled {by_tag} ({digest})")),
+        "{}",
+        text(&out)
+    );
+
+    let by_digest = format!("oci://{host}/acme/greeter@{digest}");
+    let out = corral(&[
+        "run",
+        &by_digest,
+        "demo:greeter/api.greet",
+        r#"{"name":"Ada","language":"english"}"#,
+        r#""casual""#,
+        "--insecure-registry",
+        &host,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Hi, Ada!"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn bad_references_and_registries_are_refused_naming_the_problem() {
+    let registry = Registry::start();
+    push_greeter(&registry, "acme/greeter:1.0");
+    let host = registry.host();
+    let refused = |args: &[&str], says: &str| {
+        let out = corral(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(
+            text(&out).contains(says),
+            "{args:?} does not say `{says}`: {}",
+            text(&out)
+        );
+    };
+    let insecure = ["--insecure-registry", host.as_str()];
+    let inspect = |reference: &str, says: &str| {
+        let mut args = vec!["inspect", reference];
+        args.extend(insecure);
+        refused(&args, says);
+    };
+
+    inspect(&format!("oci://{host}/acme/greeter:2.0"), "was not found");
+    inspect(&format!("oci://{host}/acme/nothing:1.0"), "was not found");
+    let unknown = format!("oci://{host}/acme/greeter@sha256:{}", "0".repeat(64));
+    inspect(&unknown, "was not found");
+    inspect(
+        &format!("oci://{host}/acme/greeter"),
+        "names no tag or digest",
+    );
+
+    // Plain HTTP only where allowed.
+    refused(
+        &["inspect", &format!("oci://{host}/acme/greeter:1.0")],
+        "a plain-HTTP registry must be listed as insecure",
+    );
+    // A registry nobody listens on.
+    let closed = common::processes::free_port();
+    refused(
+        &[
+            "inspect",
+            &format!("oci://127.0.0.1:{closed}/acme/greeter:1.0"),
+            "--insecure-registry",
+            &format!("127.0.0.1:{closed}"),
+        ],
+        &format!("cannot reach the registry 127.0.0.1:{closed}"),
+    );
+
+    // An artifact that is not a component, pushed by another tool.
+    let reference: Reference = format!("{host}/acme/notes:1.0").parse().unwrap();
+    runtime()
+        .block_on(plain_http_client(&registry).push(
+            &reference,
+            &[ImageLayer::new(
+                b"just text".to_vec(),
+                "text/plain".into(),
+                None,
+            )],
+            Config::new(
+                b"{}".to_vec(),
+                "application/vnd.oci.image.config.v1+json".into(),
+                None,
+            ),
+            &RegistryAuth::Anonymous,
+            None,
+        ))
+        .unwrap();
+    inspect(
+        &format!("oci://{host}/acme/notes:1.0"),
+        "is not a Wasm component artifact: it has layers [text/plain]",
+    );
+
+    // Pushing what would not load is refused before anything is sent.
+    let module = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(module.path(), wat::parse_str("(module)").unwrap()).unwrap();
+    let mut args = vec!["push", module.path().to_str().unwrap()];
+    let target = format!("oci://{host}/acme/module:1.0");
+    args.push(&target);
+    args.extend(insecure);
+    refused(&args, "core WebAssembly module");
+    inspect(&target, "was not found");
+}
