@@ -56,15 +56,20 @@
 //!
 //! 4. Run it with the host, exactly as production will:
 //!    `corral run target/wasm32-wasip2/release/greeter.wasm
-//!    demo:greeter/api.greet '{"name":"Ada"}'`, or from a Rust test with the
-//!    host test harness, `corral::testing`:
+//!    demo:greeter/api.greet '{"name":"Ada"}'`; test it with `corral test`
+//!    and a `greeter.test.toml` of cases, or from Rust with the host test
+//!    harness, a dev-dependency on `corral-harness` (it builds without any
+//!    workflow engine's client):
 //!
 //! ```ignore
-//! let host = corral::testing::TestHost::builder().build()?;
+//! let host = corral_harness::testing::TestHost::builder().build()?;
 //! let greeter = host.load_file("target/wasm32-wasip2/release/greeter.wasm")?;
 //! let run = greeter.call("demo:greeter/api.greet").arg(json!({"name": ""})).run().await;
 //! assert_eq!(run.failure().unwrap().kind, "EmptyName");
 //! ```
+//!
+//! `corral new greeter --lang rust` writes all of this as a project that
+//! builds and passes its own tests.
 //!
 //! Off WebAssembly (e.g. `cargo test` of your crate's pure logic) the
 //! context functions are not available and panic if called.
