@@ -40,6 +40,12 @@ impl OciRef {
         self.reference.registry()
     }
 
+    /// The repository's last segment (`greeter` of `acme/greeter`).
+    pub fn repository_name(&self) -> &str {
+        let repository = self.reference.repository();
+        repository.rsplit('/').next().unwrap_or(repository)
+    }
+
     /// The digest the reference pins, if it pins one.
     pub fn digest(&self) -> Option<&str> {
         self.reference.digest()
@@ -216,9 +222,10 @@ fn classify(reference: &OciRef, registries: &Registries, e: OciDistributionError
             }
         }
         OciDistributionError::RegistryError { envelope, .. }
-            if envelope.errors.iter().any(|e| {
-                matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)
-            }) =>
+            if envelope
+                .errors
+                .iter()
+                .any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)) =>
         {
             OciError::Unauthorized {
                 reference: text,

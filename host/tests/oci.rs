@@ -6,9 +6,11 @@
 mod common;
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use common::activities::text;
 use common::example;
+use common::processes::Corral;
 use common::registry::Registry;
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
 use oci_client::secrets::RegistryAuth;
@@ -206,4 +208,75 @@ fn bad_references_and_registries_are_refused_naming_the_problem() {
     args.extend(insecure);
     refused(&args, "core WebAssembly module");
     inspect(&target, "was not found");
+}
+
+#[test]
+fn a_host_serves_a_configured_oci_component_and_restarts_without_the_registry() {
+    let registry = Registry::start();
+    let digest = push_greeter(&registry, "acme/greeter:1.0");
+    let reference = format!("oci://{}/acme/greeter@{digest}", registry.host());
+    let host = common::admin::Host::new(&format!("insecure_registries = [{:?}]", registry.host()));
+    // Tenant alpha's component comes from the registry, pinned by digest.
+    let greeter = format!("{:?}", example("greeter").display().to_string());
+    let config = host
+        .config(["", ""])
+        .replacen(&greeter, &format!("{reference:?}"), 1);
+    assert!(config.contains(&reference), "{config}");
+    let inputs = [r#"{"name":"Ada","language":"english"}"#, r#""casual""#];
+
+    let mut serving = Corral::serve(&config);
+    assert!(
+        serving.stderr().contains(&format!("pulled {reference}")),
+        "{}",
+        serving.stderr()
+    );
+    assert_eq!(
+        host.run(0, "demo:greeter/api.greet", &inputs)["result"]["message"],
+        "Hi, Ada!"
+    );
+    assert_eq!(
+        serving.terminate(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        serving.stderr()
+    );
+
+    // The data directory keeps what was pulled: by digest, a restart asks
+    // the registry nothing, so it serves with the registry gone.
+    drop(registry);
+    let serving = Corral::serve(&config);
+    assert!(
+        serving.stderr().contains("not pulled"),
+        "{}",
+        serving.stderr()
+    );
+    assert_eq!(
+        host.run(0, "demo:greeter/api.greet", &inputs)["result"]["message"],
+        "Hi, Ada!"
+    );
+}
+
+#[test]
+fn a_configured_reference_that_cannot_be_pulled_stops_the_start_naming_it() {
+    let closed = common::processes::free_port();
+    let reference = format!("oci://127.0.0.1:{closed}/acme/greeter:1.0");
+    let host = common::admin::Host::new(&format!("insecure_registries = [\"127.0.0.1:{closed}\"]"));
+    let greeter = format!("{:?}", example("greeter").display().to_string());
+    let config = host
+        .config(["", ""])
+        .replacen(&greeter, &format!("{reference:?}"), 1);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("corral.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = corral(&["serve", "--config", path.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains(&format!("tenant `alpha`: cannot load `{reference}`")),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("cannot reach the registry 127.0.0.1:{closed}")),
+        "{said}"
+    );
 }

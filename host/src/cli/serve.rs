@@ -113,8 +113,17 @@ pub async fn run(
         specs,
     )
     .await?;
+    // Configured oci:// components: plain HTTP only for the listed
+    // registries, credentials from the host's environment, at most
+    // max_upload bytes, as an upload.
+    let registries = corral::oci::Registries::from_env(
+        config.host.insecure_registries.clone(),
+        config.host.max_upload,
+    );
     for t in &config.tenants {
-        catalog.seed(&t.tenant.name, &t.components).await?;
+        catalog
+            .seed(&t.tenant.name, &t.components, &registries)
+            .await?;
     }
     let catalog = Arc::new(catalog);
     let permits = config.tenants.iter().fold(

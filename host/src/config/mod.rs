@@ -43,6 +43,9 @@ use crate::control::store::Quota;
 use crate::sandbox::PolicyError;
 
 mod engine;
+mod source;
+
+pub use source::ComponentSource;
 
 use engine::RawAion;
 pub use engine::{AionBinding, Compression, Engine, TemporalBinding};
@@ -81,6 +84,8 @@ pub struct HostConfig {
     pub compile_timeout: Duration,
     /// Writable memory of the process one component compiles in.
     pub compile_memory: u64,
+    /// Registries reached in plain HTTP (only these).
+    pub insecure_registries: Vec<String>,
     pub log_json: bool,
 }
 
@@ -101,6 +106,7 @@ impl Default for HostConfig {
             max_upload: 64 << 20,
             compile_timeout: Duration::from_secs(120),
             compile_memory: 2 << 30,
+            insecure_registries: Vec::new(),
             log_json: false,
         }
     }
@@ -117,7 +123,7 @@ pub struct TenantConfig {
     pub type_limits: BTreeMap<String, usize>,
     /// The engine the tenant serves.
     pub engine: Engine,
-    pub components: Vec<PathBuf>,
+    pub components: Vec<ComponentSource>,
     /// Alias → full activity type name.
     pub aliases: BTreeMap<String, String>,
     /// What the tenant may keep stored through the admin API.
@@ -185,6 +191,8 @@ struct RawHost {
     max_upload: Option<String>,
     compile_timeout: Option<String>,
     compile_memory: Option<String>,
+    #[serde(default)]
+    insecure_registries: Vec<String>,
     log_format: Option<String>,
     /// Serve the admin API in plain text on an address other than loopback.
     #[serde(default)]
@@ -210,7 +218,7 @@ struct RawTenant {
     #[serde(default)]
     capabilities: RawCapabilities,
     #[serde(default)]
-    components: Vec<PathBuf>,
+    components: Vec<String>,
     #[serde(default)]
     aliases: BTreeMap<String, String>,
     #[serde(default)]
@@ -315,6 +323,7 @@ impl Config {
                 "2GiB",
                 "host.compile_memory",
             )?,
+            insecure_registries: raw.host.insecure_registries,
             log_json: match raw.host.log_format.as_deref() {
                 None | Some("text") => false,
                 Some("json") => true,
@@ -528,7 +537,12 @@ impl Config {
                 max_concurrent,
                 type_limits,
                 engine,
-                components: t.components.iter().map(|c| base.join(c)).collect(),
+                components: t
+                    .components
+                    .iter()
+                    .map(|c| ComponentSource::parse(c, base))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| invalid(key("components"), e.to_string()))?,
                 aliases: t.aliases.clone(),
                 quota,
             });

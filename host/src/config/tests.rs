@@ -33,7 +33,8 @@ fn a_good_config_is_read_with_defaults_and_resolved_paths() {
     };
     assert_eq!(temporal.namespace, "default");
     assert_eq!(temporal.compression, Compression::Gzip, "the SDK's default");
-    assert_eq!(t.components, [PathBuf::from("/etc/corral/greeter.wasm")]);
+    let components: Vec<String> = t.components.iter().map(ToString::to_string).collect();
+    assert_eq!(components, ["/etc/corral/greeter.wasm"]);
     assert_eq!(t.aliases["Greet"], "demo:greeter/api.greet");
     assert!(t.tenant.retry.retryable(FailureClass::Trap));
     assert_eq!(config.host.admin_listen, None);

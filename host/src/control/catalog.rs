@@ -6,15 +6,21 @@
 //! it was.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The labels of a version pulled from a registry: what was named, and the
+/// manifest digest it resolved to.
+pub const OCI_REFERENCE_LABEL: &str = "oci.reference";
+pub const OCI_MANIFEST_LABEL: &str = "oci.manifest";
 
 use sha2::{Digest, Sha256};
 
 pub use super::errors::{CatalogError, ControlError};
 use super::store::{Index, Quota, Store, TenantIndex, Version};
+use crate::config::ComponentSource;
 use crate::metrics::Metrics;
+use crate::oci::{self, Registries};
 use crate::sandbox::{CompileError, LoadError, LoadedComponent, PreparedTenant, Sandbox};
 use crate::session::Registry;
 
@@ -172,26 +178,30 @@ impl Catalog {
     /// tenant. A configured file is activated unless its deployment (the
     /// file's stem) runs a version deployed through the API, which wins over
     /// the file; a changed file replaces the version the file seeded before.
-    pub async fn seed(&self, tenant: &str, paths: &[PathBuf]) -> Result<(), CatalogError> {
+    pub async fn seed(
+        &self,
+        tenant: &str,
+        sources: &[ComponentSource],
+        registries: &Registries,
+    ) -> Result<(), CatalogError> {
         let spec = self.spec(tenant)?;
         let mut state = self.state.lock().await;
         let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
-        for path in paths {
-            let fail =
-                |source: Box<dyn std::error::Error + Send + Sync>| CatalogError::Configured {
-                    tenant: tenant.to_owned(),
-                    path: path.clone(),
-                    source,
-                };
-            let bytes = std::fs::read(path).map_err(|e| fail(e.into()))?;
-            let name = path.file_stem().map_or_else(
-                || "component".to_owned(),
-                |s| s.to_string_lossy().into_owned(),
-            );
+        for source in sources {
+            let fail = |error: Box<dyn std::error::Error + Send + Sync>| CatalogError::Configured {
+                tenant: tenant.to_owned(),
+                component: source.to_string(),
+                source: error,
+            };
+            let (bytes, labels) = self
+                .configured_bytes(source, registries, &tenant_index)
+                .await
+                .map_err(fail)?;
+            let name = source.deployment();
             let size = bytes.len() as u64;
             let component = self.load(bytes.clone()).await.map_err(|e| fail(e.into()))?;
             let digest = component.digest.clone();
-            tracing::info!(tenant, digest = %digest, from_cache = component.from_cache, "loaded {}", path.display());
+            tracing::info!(tenant, digest = %digest, from_cache = component.from_cache, "loaded {source}");
             let active = tenant_index
                 .active
                 .get(&name)
@@ -201,8 +211,7 @@ impl Catalog {
                 Some(v) if !v.from_config => {
                     tracing::info!(
                         tenant,
-                        "`{}` is not served: deployment `{name}` runs {} (deployed through the API)",
-                        path.display(),
+                        "`{source}` is not served: deployment `{name}` runs {} (deployed through the API)",
                         v.digest
                     );
                     continue;
@@ -219,7 +228,7 @@ impl Catalog {
                     size,
                     uploaded_at_ms: now_ms(),
                     aliases: BTreeMap::new(),
-                    labels: BTreeMap::new(),
+                    labels,
                     from_config: true,
                 });
             }
@@ -227,6 +236,41 @@ impl Catalog {
             state.loaded.insert(digest, component);
         }
         Ok(self.commit(&mut state, spec, tenant_index).await?)
+    }
+
+    /// The bytes of a configured component, and the labels its version
+    /// keeps: its file, or its OCI artifact. A reference pinned to a digest
+    /// pulled before is read from the store without asking the registry.
+    async fn configured_bytes(
+        &self,
+        source: &ComponentSource,
+        registries: &Registries,
+        index: &TenantIndex,
+    ) -> Result<(Vec<u8>, BTreeMap<String, String>), Box<dyn std::error::Error + Send + Sync>> {
+        let reference = match source {
+            ComponentSource::File(path) => return Ok((std::fs::read(path)?, BTreeMap::new())),
+            ComponentSource::Oci(reference) => reference,
+        };
+        if let Some(pinned) = reference.digest()
+            && let Some(version) = index
+                .versions
+                .iter()
+                .find(|v| v.labels.get(OCI_MANIFEST_LABEL).map(String::as_str) == Some(pinned))
+            && let Ok(bytes) = self.store.bytes(&version.digest)
+        {
+            tracing::info!(
+                "{reference}: stored before, as {}; not pulled",
+                version.digest
+            );
+            return Ok((bytes, version.labels.clone()));
+        }
+        let pulled = oci::pull(reference, registries).await?;
+        tracing::info!("pulled {reference} ({})", pulled.manifest_digest);
+        let labels = BTreeMap::from([
+            (OCI_REFERENCE_LABEL.to_owned(), reference.to_string()),
+            (OCI_MANIFEST_LABEL.to_owned(), pulled.manifest_digest),
+        ]);
+        Ok((pulled.bytes, labels))
     }
 
     /// Validates, compiles, stores and (unless asked not to) activates a

@@ -1,7 +1,5 @@
 //! The control plane's errors.
 
-use std::path::PathBuf;
-
 /// Why a change was refused; the API maps each kind to a gRPC status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ControlError {
@@ -30,11 +28,11 @@ pub enum CatalogError {
         deployment: String,
         source: ControlError,
     },
-    /// A component file named in the configuration.
-    #[error("tenant `{tenant}`: cannot load `{}`", path.display())]
+    /// A component named in the configuration (a file or an OCI reference).
+    #[error("tenant `{tenant}`: cannot load `{component}`")]
     Configured {
         tenant: String,
-        path: PathBuf,
+        component: String,
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error(transparent)]
