@@ -11,6 +11,21 @@ pub mod control;
 pub mod dev_server;
 pub mod oci;
 
+/// An error and its causes, on one line (each cause once).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 // The engine-independent core lives in `corral-harness` (so activity
 // authors' tests build without the engines); corral re-exports it whole.
 use corral_harness::{backoff, sync};

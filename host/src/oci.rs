@@ -89,6 +89,65 @@ impl FromStr for OciRef {
     }
 }
 
+/// A registry, or a repository prefix in one, a tenant may deploy from:
+/// `registry.example.com` or `registry.example.com/acme` (which allows
+/// `…/acme/greeter`, not `…/acmecorp/…`). Built only by [`FromStr`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RepositoryPrefix(String);
+
+impl RepositoryPrefix {
+    pub fn allows(&self, reference: &OciRef) -> bool {
+        let whole = format!(
+            "{}/{}",
+            reference.registry(),
+            reference.reference.repository()
+        );
+        whole == self.0
+            || whole
+                .strip_prefix(&self.0)
+                .is_some_and(|rest| rest.starts_with('/'))
+    }
+}
+
+impl fmt::Display for RepositoryPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for RepositoryPrefix {
+    type Err = OciError;
+
+    fn from_str(text: &str) -> Result<Self, OciError> {
+        let bad = |why: &str| OciError::Reference {
+            reference: text.to_owned(),
+            why: why.to_owned(),
+        };
+        let trimmed = text.trim_end_matches('/');
+        if trimmed.contains("://") {
+            return Err(bad(
+                "name the registry without a scheme: registry.example.com/acme",
+            ));
+        }
+        let registry = trimmed.split('/').next().unwrap_or_default();
+        if !registry.contains(['.', ':']) && registry != "localhost" {
+            return Err(bad(
+                "it does not start with a registry host (registry.example.com/…)",
+            ));
+        }
+        let path_ok = trimmed.split('/').skip(1).all(|segment| {
+            !segment.is_empty()
+                && segment
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+        });
+        if !path_ok || trimmed.contains(['@', ' ']) {
+            return Err(bad("repositories are lower-case segments joined by '/'"));
+        }
+        Ok(RepositoryPrefix(trimmed.to_owned()))
+    }
+}
+
 /// Whether `text` is meant as an OCI reference rather than a file.
 pub fn is_reference(text: &str) -> bool {
     text.starts_with(SCHEME)
@@ -432,6 +491,29 @@ mod tests {
         ] {
             let e = bad.parse::<OciRef>().err().unwrap().to_string();
             assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_repository_prefix_allows_its_repositories_on_segment_boundaries() {
+        let acme: RepositoryPrefix = "registry.example.com/acme/".parse().unwrap();
+        let allows = |text: &str| acme.allows(&text.parse().unwrap());
+        assert!(allows("oci://registry.example.com/acme/greeter:1"));
+        assert!(allows("oci://registry.example.com/acme/team/greeter:1"));
+        assert!(!allows("oci://registry.example.com/acmecorp/greeter:1"));
+        assert!(!allows("oci://registry.example.com/other/greeter:1"));
+        assert!(!allows(
+            "oci://registry.example.com.evil.net/acme/greeter:1"
+        ));
+        let whole: RepositoryPrefix = "127.0.0.1:5000".parse().unwrap();
+        assert!(whole.allows(&"oci://127.0.0.1:5000/any/thing:1".parse().unwrap()));
+        assert!(!whole.allows(&"oci://127.0.0.1:50001/any/thing:1".parse().unwrap()));
+        for bad in [
+            "https://registry.example.com",
+            "acme/greeter",
+            "registry.example.com/Acme",
+        ] {
+            assert!(bad.parse::<RepositoryPrefix>().is_err(), "{bad}");
         }
     }
 

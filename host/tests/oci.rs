@@ -280,3 +280,66 @@ fn a_configured_reference_that_cannot_be_pulled_stops_the_start_naming_it() {
         "{said}"
     );
 }
+
+#[test]
+fn a_tenant_deploys_from_the_registries_it_is_allowed_and_nowhere_else() {
+    let registry = Registry::start();
+    let host_port = registry.host();
+    let progress = example("progress");
+    for repository in ["acme/progress:1.0", "other/progress:1.0"] {
+        let out = corral(&[
+            "push",
+            progress.to_str().unwrap(),
+            &format!("oci://{host_port}/{repository}"),
+            "--insecure-registry",
+            &host_port,
+        ]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let host = common::admin::Host::new(&format!("insecure_registries = [{host_port:?}]"));
+    let _serving = host.serve([&format!("registries = [\"{host_port}/acme\"]"), ""]);
+
+    // Alpha may use …/acme: the host pulls, stores, activates.
+    let allowed = format!("oci://{host_port}/acme/progress:1.0");
+    let deployed = host.alpha(&["deploy", &allowed, "--json"]);
+    assert_eq!(deployed["name"], "progress", "{deployed}");
+    assert_eq!(
+        deployed["labels"]["oci.reference"],
+        allowed.as_str(),
+        "{deployed}"
+    );
+    assert!(
+        deployed["labels"]["oci.manifest"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:"))
+    );
+    assert_eq!(
+        host.run(0, "demo:progress/api.count-to", &["3", "1"])["result"],
+        3
+    );
+
+    // Another repository, and another tenant with no registries: refused,
+    // naming the rule, with nothing stored.
+    let refused = |token: &str, reference: &str, says: &str| {
+        let out = host.cli(token, &["deploy", reference]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains(says), "no `{says}` in {}", text(&out));
+    };
+    refused(
+        &host.tokens[0].token,
+        &format!("oci://{host_port}/other/progress:1.0"),
+        &format!("may deploy only from {host_port}/acme (tenant.registries)"),
+    );
+    refused(
+        &host.tokens[1].token,
+        &allowed,
+        "may deploy from no registry (tenant.registries is empty)",
+    );
+    refused(
+        &host.tokens[0].token,
+        &format!("oci://{host_port}/acme/progress:2.0"),
+        "was not found",
+    );
+    let beta = host.cli(&host.tokens[1].token, &["ls", "--json"]);
+    assert!(!text(&beta).contains("progress"), "{}", text(&beta));
+}

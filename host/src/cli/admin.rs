@@ -40,8 +40,9 @@ pub struct Conn {
 pub struct DeployArgs {
     #[command(flatten)]
     conn: Conn,
-    /// The component to upload.
-    file: PathBuf,
+    /// The component to upload: a file, or oci://REGISTRY/REPOSITORY:TAG
+    /// (or @sha256:…) for the host to pull from a registry the tenant may use.
+    file: String,
     /// The deployment it is a version of [default: the file's stem].
     #[arg(long)]
     name: Option<String>,
@@ -165,12 +166,36 @@ macro_rules! call {
 }
 
 pub async fn deploy(args: DeployArgs) -> ExitCode {
+    // `oci://…`: the host pulls it (from registries the tenant may use).
+    if corral::oci::is_reference(&args.file) {
+        let reference: corral::oci::OciRef = match args.file.parse() {
+            Ok(reference) => reference,
+            Err(e) => return usage_error(e),
+        };
+        let name = args
+            .name
+            .clone()
+            .unwrap_or_else(|| reference.repository_name().to_owned());
+        let header = proto::UploadHeader {
+            tenant: args.conn.tenant(),
+            name,
+            aliases: args.aliases.clone().into_iter().collect(),
+            labels: args.labels.clone().into_iter().collect(),
+            size: 0,
+            inactive: args.inactive,
+            oci_reference: reference.to_string(),
+        };
+        let messages = vec![proto::UploadRequest {
+            part: Some(upload_request::Part::Header(header)),
+        }];
+        return finish_deploy(args, messages).await;
+    }
     let bytes = match std::fs::read(&args.file) {
         Ok(bytes) => bytes,
-        Err(e) => return usage_error(format!("reading `{}`: {e}", args.file.display())),
+        Err(e) => return usage_error(format!("reading `{}`: {e}", args.file)),
     };
     let name = args.name.clone().unwrap_or_else(|| {
-        args.file.file_stem().map_or_else(
+        std::path::Path::new(&args.file).file_stem().map_or_else(
             || "component".to_owned(),
             |s| s.to_string_lossy().into_owned(),
         )
@@ -178,10 +203,11 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
     let header = proto::UploadHeader {
         tenant: args.conn.tenant(),
         name,
-        aliases: args.aliases.into_iter().collect(),
-        labels: args.labels.into_iter().collect(),
+        aliases: args.aliases.clone().into_iter().collect(),
+        labels: args.labels.clone().into_iter().collect(),
         size: bytes.len() as u64,
         inactive: args.inactive,
+        oci_reference: String::new(),
     };
     let mut messages = vec![proto::UploadRequest {
         part: Some(upload_request::Part::Header(header)),
@@ -193,6 +219,10 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
                 part: Some(upload_request::Part::Chunk(chunk.to_vec())),
             }),
     );
+    finish_deploy(args, messages).await
+}
+
+async fn finish_deploy(args: DeployArgs, messages: Vec<proto::UploadRequest>) -> ExitCode {
     let response = call!(args.conn, upload, tokio_stream::iter(messages));
     let Some(component) = response.component else {
         return usage_error("the host answered without the stored component");

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use corral::error_chain;
 use corral::sandbox::SandboxConfig;
 
 #[derive(Parser)]
@@ -143,21 +144,6 @@ async fn read_component(source: &str, registry: &RegistryArgs) -> Result<Vec<u8>
         .map_err(|e| error_chain(&e))?;
     eprintln!("corral: pulled {reference} ({})", pulled.manifest_digest);
     Ok(pulled.bytes)
-}
-
-/// An error and its causes, on one line.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let said = cause.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 pub(crate) fn default_cache_dir() -> Option<PathBuf> {

@@ -100,6 +100,7 @@ pub async fn run(
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
             aliases: t.aliases.clone().into_iter().collect(),
             quota: t.quota,
+            registries: t.registries.clone(),
         });
     }
     let registry = Arc::new(Registry::default());
@@ -201,6 +202,7 @@ pub async fn run(
             session: session.clone(),
             local,
             max_upload: config.host.max_upload,
+            registries: registries.clone(),
             runs: Arc::new(tokio::sync::Semaphore::new(api::RUN_SLOTS)),
         };
         let tls = config.host.admin_tls.as_ref();

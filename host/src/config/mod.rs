@@ -47,6 +47,8 @@ mod source;
 
 pub use source::ComponentSource;
 
+use crate::oci::RepositoryPrefix;
+
 use engine::RawAion;
 pub use engine::{AionBinding, Compression, Engine, TemporalBinding};
 
@@ -124,6 +126,8 @@ pub struct TenantConfig {
     /// The engine the tenant serves.
     pub engine: Engine,
     pub components: Vec<ComponentSource>,
+    /// Where the tenant may `deploy oci://…` from (none: nowhere).
+    pub registries: Vec<RepositoryPrefix>,
     /// Alias → full activity type name.
     pub aliases: BTreeMap<String, String>,
     /// What the tenant may keep stored through the admin API.
@@ -219,6 +223,8 @@ struct RawTenant {
     capabilities: RawCapabilities,
     #[serde(default)]
     components: Vec<String>,
+    #[serde(default)]
+    registries: Vec<String>,
     #[serde(default)]
     aliases: BTreeMap<String, String>,
     #[serde(default)]
@@ -543,6 +549,12 @@ impl Config {
                     .map(|c| ComponentSource::parse(c, base))
                     .collect::<Result<_, _>>()
                     .map_err(|e| invalid(key("components"), e.to_string()))?,
+                registries: t
+                    .registries
+                    .iter()
+                    .map(|r| r.parse())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e: crate::oci::OciError| invalid(key("registries"), e.to_string()))?,
                 aliases: t.aliases.clone(),
                 quota,
             });

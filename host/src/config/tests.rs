@@ -93,6 +93,37 @@ fn the_control_plane_keys_are_read() {
 }
 
 #[test]
+fn registries_and_oci_components_are_checked_and_named_by_key() {
+    let with = |line: &str| GOOD.replace("components = [", &format!("{line}\ncomponents = ["));
+    let config = Config::parse(
+        &with(r#"registries = ["registry.example.com/acme"]"#),
+        Path::new("/etc/corral"),
+    )
+    .unwrap();
+    assert_eq!(
+        config.tenants[0].registries[0].to_string(),
+        "registry.example.com/acme"
+    );
+    assert!(
+        error(&with(r#"registries = ["https://registry.example.com"]"#))
+            .contains("tenant[0] (`acme`).registries: `https://registry.example.com`")
+    );
+    let oci = GOOD.replace(
+        "\"greeter.wasm\"",
+        "\"oci://registry.example.com/acme/greeter:1.0\"",
+    );
+    let config = Config::parse(&oci, Path::new("/etc/corral")).unwrap();
+    assert_eq!(
+        config.tenants[0].components[0].to_string(),
+        "oci://registry.example.com/acme/greeter:1.0"
+    );
+    assert!(
+        error(&GOOD.replace("\"greeter.wasm\"", "\"oci://registry.example.com/acme/greeter\""))
+            .contains("tenant[0] (`acme`).components: `oci://registry.example.com/acme/greeter` is not an OCI reference: it names no tag or digest")
+    );
+}
+
+#[test]
 fn errors_name_the_key() {
     assert!(
         error(&GOOD.replace("max_concurrent = 4", "max_concurrent = 0"))

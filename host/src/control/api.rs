@@ -12,6 +12,7 @@ use super::auth::{Auth, Principal};
 use super::catalog::{Catalog, ControlError, NewVersion, VersionView};
 use super::proto::{self, admin_server::Admin, run_response, upload_request};
 use crate::connectors::local::{Local, Submission};
+use crate::oci::Registries;
 use crate::sandbox::{Failure, TaskInfo, format_bytes};
 use crate::session::{Args, Session};
 
@@ -23,6 +24,8 @@ pub struct AdminService {
     pub local: Arc<Local>,
     /// The largest component an upload may carry.
     pub max_upload: u64,
+    /// How the host pulls a tenant's `oci://` deploys.
+    pub registries: Registries,
     /// `Run` is a smoke test outside any engine: it does not take engine
     /// permits (pollers may hold them all while they wait for work), but has
     /// a small host-wide budget of its own, within the instance pool's
@@ -68,6 +71,15 @@ impl AdminService {
             Some(Err(e)) => return Err(cut_off(0, 0, &e)),
             None => return Err(Status::invalid_argument("the upload is empty")),
         };
+        // The host pulls the bytes itself, once it knows the tenant.
+        if !header.oci_reference.is_empty() {
+            if header.size != 0 || stream.next().await.is_some() {
+                return Err(Status::invalid_argument(
+                    "an upload by oci_reference carries no bytes (size 0, no chunks)",
+                ));
+            }
+            return Ok((header, Vec::new()));
+        }
         if header.size == 0 {
             return Err(Status::invalid_argument(
                 "the header's size (the component's length in bytes) is required",
@@ -131,6 +143,8 @@ fn status(e: ControlError) -> Status {
         ControlError::FailedPrecondition(m) => Status::failed_precondition(m),
         ControlError::QuotaExceeded(m) => Status::resource_exhausted(m),
         ControlError::Internal(m) => Status::internal(m),
+        ControlError::PermissionDenied(m) => Status::permission_denied(m),
+        ControlError::Unavailable(m) => Status::unavailable(m),
     }
 }
 
@@ -211,10 +225,22 @@ impl Admin for AdminService {
         let result = async {
             let (header, bytes) = self.receive(&mut stream).await?;
             tenant = self.auth.tenant(&principal, &header.tenant)?;
+            let mut labels: std::collections::BTreeMap<_, _> = header.labels.into_iter().collect();
+            let bytes = if header.oci_reference.is_empty() {
+                bytes
+            } else {
+                let pulled = self
+                    .catalog
+                    .pull(&tenant, &header.oci_reference, &self.registries)
+                    .await
+                    .map_err(status)?;
+                labels.extend(pulled.labels);
+                pulled.bytes
+            };
             let new = NewVersion {
                 name: header.name,
                 aliases: header.aliases.into_iter().collect(),
-                labels: header.labels.into_iter().collect(),
+                labels,
                 inactive: header.inactive,
             };
             let (view, already_stored) = self

@@ -20,7 +20,7 @@ pub use super::errors::{CatalogError, ControlError};
 use super::store::{Index, Quota, Store, TenantIndex, Version};
 use crate::config::ComponentSource;
 use crate::metrics::Metrics;
-use crate::oci::{self, Registries};
+use crate::oci::{self, Registries, RepositoryPrefix};
 use crate::sandbox::{CompileError, LoadError, LoadedComponent, PreparedTenant, Sandbox};
 use crate::session::Registry;
 
@@ -31,6 +31,8 @@ pub struct TenantSpec {
     pub aliases: Vec<(String, String)>,
     /// What the tenant may keep stored.
     pub quota: Quota,
+    /// Where the tenant may have the host pull components from.
+    pub registries: Vec<RepositoryPrefix>,
 }
 
 impl TenantSpec {
@@ -168,7 +170,7 @@ impl Catalog {
         self.tenants.keys().map(String::as_str)
     }
 
-    fn spec(&self, tenant: &str) -> Result<&TenantSpec, ControlError> {
+    pub(super) fn spec(&self, tenant: &str) -> Result<&TenantSpec, ControlError> {
         self.tenants
             .get(tenant)
             .ok_or_else(|| ControlError::NotFound(format!("no tenant `{tenant}` is configured")))

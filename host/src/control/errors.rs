@@ -14,6 +14,11 @@ pub enum ControlError {
     QuotaExceeded(String),
     #[error("{0}")]
     Internal(String),
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// Something the host depends on (a registry) cannot be reached.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// Why the catalog cannot serve what it must at start.

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod catalog;
 mod errors;
 pub mod gate;
+mod pull;
 pub mod server;
 pub mod store;
 
