@@ -29,7 +29,7 @@ pub const ACTIVITY_TYPES_ANNOTATION: &str = "dev.corral.activity-types";
 
 /// A component's place in a registry: `oci://registry/repository:tag` or
 /// `oci://registry/repository@sha256:…`.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct OciRef {
     reference: Reference,
 }
@@ -44,6 +44,22 @@ impl OciRef {
     pub fn repository_name(&self) -> &str {
         let repository = self.reference.repository();
         repository.rsplit('/').next().unwrap_or(repository)
+    }
+
+    /// The same repository, pinned to `digest`.
+    pub fn at_digest(&self, digest: &str) -> OciRef {
+        OciRef {
+            reference: Reference::with_digest(
+                self.reference.registry().to_owned(),
+                self.reference.repository().to_owned(),
+                digest.to_owned(),
+            ),
+        }
+    }
+
+    /// The tag the reference names, if it names one.
+    pub fn tag(&self) -> Option<&str> {
+        self.reference.tag()
     }
 
     /// The digest the reference pins, if it pins one.
@@ -383,6 +399,15 @@ pub async fn pull(reference: &OciRef, registries: &Registries) -> Result<Pulled,
         bytes: out.bytes,
         manifest_digest,
     })
+}
+
+/// The manifest digest `reference` (a tag) names now, without pulling.
+pub async fn resolve(reference: &OciRef, registries: &Registries) -> Result<String, OciError> {
+    registries
+        .client()
+        .fetch_manifest_digest(&reference.reference, &registries.auth)
+        .await
+        .map_err(|e| classify(reference, registries, e))
 }
 
 /// Pushes `component` to `reference` as a Wasm OCI artifact, with

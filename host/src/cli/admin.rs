@@ -368,6 +368,13 @@ pub async fn status(args: ConnOnly) -> ExitCode {
                     "in_flight": t.in_flight,
                     "outcomes": t.outcomes.iter().collect::<std::collections::BTreeMap<_, _>>(),
                     "activity_types": t.activity_types,
+                    "following": t.following.iter().map(|f| json!({
+                        "reference": f.reference,
+                        "deployment": f.deployment,
+                        "wanted": f.wanted,
+                        "active": f.active,
+                        "last_error": f.last_error,
+                    })).collect::<Vec<_>>(),
                 })
             })
             .collect();
@@ -398,6 +405,26 @@ pub async fn status(args: ConnOnly) -> ExitCode {
             }
         );
         println!("  serves: {}", t.activity_types.join(", "));
+        for f in &t.following {
+            let or_none = |d: &str| {
+                if d.is_empty() {
+                    "none".to_owned()
+                } else {
+                    d.to_owned()
+                }
+            };
+            println!(
+                "  follows {}: names {}, active {}{}",
+                f.reference,
+                or_none(&f.wanted),
+                or_none(&f.active),
+                if f.last_error.is_empty() {
+                    String::new()
+                } else {
+                    format!("; last check failed: {}", f.last_error)
+                }
+            );
+        }
     }
     ExitCode::SUCCESS
 }

@@ -13,6 +13,7 @@ use corral::config::{Config, Engine};
 use corral::connectors::aion::AionConnector;
 use corral::connectors::local::Local;
 use corral::connectors::temporal::TemporalConnector;
+use corral::control::follow::Follower;
 use corral::control::store::Index;
 use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, api, server};
 use corral::metrics::Metrics;
@@ -127,6 +128,22 @@ pub async fn run(
             .await?;
     }
     let catalog = Arc::new(catalog);
+    // Followed tags: checked once before the host says it is ready (a host
+    // on an empty disk serves them at once), then every follow_interval.
+    let follower = Arc::new(Follower::new(
+        catalog.clone(),
+        registries.clone(),
+        config.host.follow_interval,
+        config
+            .tenants
+            .iter()
+            .flat_map(|t| t.follow.iter().map(|r| (t.tenant.name.clone(), r.clone())))
+            .collect(),
+    ));
+    if !follower.is_empty() {
+        follower.check_all().await;
+        tokio::spawn(follower.clone().run(shutdown.clone()));
+    }
     let permits = config.tenants.iter().fold(
         Permits::new(
             config.host.max_concurrent,
@@ -203,6 +220,7 @@ pub async fn run(
             local,
             max_upload: config.host.max_upload,
             registries: registries.clone(),
+            follower: follower.clone(),
             runs: Arc::new(tokio::sync::Semaphore::new(api::RUN_SLOTS)),
         };
         let tls = config.host.admin_tls.as_ref();
@@ -232,6 +250,7 @@ pub async fn run(
             permits.clone(),
             tenants,
             config.host.metrics_token_sha256.clone(),
+            follower.clone(),
             endpoints.clone(),
         )
         .await?;

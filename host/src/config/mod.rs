@@ -46,6 +46,7 @@ mod engine;
 mod source;
 
 pub use source::ComponentSource;
+use source::follows;
 
 use crate::oci::RepositoryPrefix;
 
@@ -88,6 +89,8 @@ pub struct HostConfig {
     pub compile_memory: u64,
     /// Registries reached in plain HTTP (only these).
     pub insecure_registries: Vec<String>,
+    /// How often followed tags are resolved (plus up to a fifth, at random).
+    pub follow_interval: Duration,
     pub log_json: bool,
 }
 
@@ -109,6 +112,7 @@ impl Default for HostConfig {
             compile_timeout: Duration::from_secs(120),
             compile_memory: 2 << 30,
             insecure_registries: Vec::new(),
+            follow_interval: Duration::from_secs(30),
             log_json: false,
         }
     }
@@ -128,6 +132,8 @@ pub struct TenantConfig {
     pub components: Vec<ComponentSource>,
     /// Where the tenant may `deploy oci://…` from (none: nowhere).
     pub registries: Vec<RepositoryPrefix>,
+    /// Tags this host follows for the tenant: `oci://…:tag`.
+    pub follow: Vec<crate::oci::OciRef>,
     /// Alias → full activity type name.
     pub aliases: BTreeMap<String, String>,
     /// What the tenant may keep stored through the admin API.
@@ -197,6 +203,7 @@ struct RawHost {
     compile_memory: Option<String>,
     #[serde(default)]
     insecure_registries: Vec<String>,
+    follow_interval: Option<String>,
     log_format: Option<String>,
     /// Serve the admin API in plain text on an address other than loopback.
     #[serde(default)]
@@ -225,6 +232,8 @@ struct RawTenant {
     components: Vec<String>,
     #[serde(default)]
     registries: Vec<String>,
+    #[serde(default)]
+    follow: Vec<String>,
     #[serde(default)]
     aliases: BTreeMap<String, String>,
     #[serde(default)]
@@ -330,6 +339,11 @@ impl Config {
                 "host.compile_memory",
             )?,
             insecure_registries: raw.host.insecure_registries,
+            follow_interval: duration(
+                raw.host.follow_interval.as_deref(),
+                "30s",
+                "host.follow_interval",
+            )?,
             log_json: match raw.host.log_format.as_deref() {
                 None | Some("text") => false,
                 Some("json") => true,
@@ -492,10 +506,10 @@ impl Config {
                 };
                 retry.set(*c, *retryable);
             }
-            if t.components.is_empty() && host.admin_listen.is_none() {
+            if t.components.is_empty() && t.follow.is_empty() && host.admin_listen.is_none() {
                 return Err(invalid(
                     key("components"),
-                    "no component to serve (list some, or set host.admin_listen to deploy them)",
+                    "no component to serve (list some, follow a tag, or set host.admin_listen to deploy them)",
                 ));
             }
             let tenant = Tenant {
@@ -555,6 +569,7 @@ impl Config {
                     .map(|r| r.parse())
                     .collect::<Result<_, _>>()
                     .map_err(|e: crate::oci::OciError| invalid(key("registries"), e.to_string()))?,
+                follow: follows(&t.follow, &key("follow"))?,
                 aliases: t.aliases.clone(),
                 quota,
             });

@@ -51,3 +51,23 @@ impl fmt::Debug for ComponentSource {
         fmt::Display::fmt(self, f)
     }
 }
+
+/// Followed tags: OCI references that name a tag (a digest never moves).
+pub(super) fn follows(texts: &[String], key: &str) -> Result<Vec<OciRef>, super::ConfigError> {
+    texts
+        .iter()
+        .map(|text| {
+            let invalid = |problem: String| super::ConfigError::Invalid {
+                key: key.to_owned(),
+                problem,
+            };
+            let reference: OciRef = text.parse().map_err(|e: OciError| invalid(e.to_string()))?;
+            if reference.digest().is_some() || reference.tag().is_none() {
+                return Err(invalid(format!(
+                    "`{text}` pins a digest, which never moves: follow a tag (…:stable)"
+                )));
+            }
+            Ok(reference)
+        })
+        .collect()
+}

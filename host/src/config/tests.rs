@@ -185,7 +185,7 @@ fn errors_name_the_key() {
     );
     assert!(
         error(&GOOD.replace("components = [\"greeter.wasm\"]", ""))
-            .contains("no component to serve (list some, or set host.admin_listen")
+            .contains("no component to serve (list some, follow a tag, or set host.admin_listen")
     );
     assert!(error(&format!("{GOOD}\n[[tenant]]\nname = \"acme\"\n")).contains("configured twice"));
 }

@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::{Auth, Principal};
 use super::catalog::{Catalog, ControlError, NewVersion, VersionView};
+use super::follow::Follower;
 use super::proto::{self, admin_server::Admin, run_response, upload_request};
 use crate::connectors::local::{Local, Submission};
 use crate::oci::Registries;
@@ -26,6 +27,8 @@ pub struct AdminService {
     pub max_upload: u64,
     /// How the host pulls a tenant's `oci://` deploys.
     pub registries: Registries,
+    /// The tags the host follows, for `Status`.
+    pub follower: Arc<Follower>,
     /// `Run` is a smoke test outside any engine: it does not take engine
     /// permits (pollers may hold them all while they wait for work), but has
     /// a small host-wide budget of its own, within the instance pool's
@@ -333,6 +336,18 @@ impl Admin for AdminService {
                     in_flight: u32::try_from(metrics.in_flight(&name)).unwrap_or(u32::MAX),
                     outcomes: metrics.outcomes(&name).into_iter().collect(),
                     activity_types: self.catalog.registry().activity_types(&name),
+                    following: self
+                        .follower
+                        .states(&name)
+                        .into_iter()
+                        .map(|s| proto::Following {
+                            reference: s.reference,
+                            deployment: s.deployment,
+                            wanted: s.wanted.unwrap_or_default(),
+                            active: s.active.unwrap_or_default(),
+                            last_error: s.last_error.unwrap_or_default(),
+                        })
+                        .collect(),
                     name,
                 }
             })

@@ -11,6 +11,7 @@ pub mod api;
 pub mod auth;
 pub mod catalog;
 mod errors;
+pub mod follow;
 pub mod gate;
 mod pull;
 pub mod server;

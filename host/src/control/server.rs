@@ -17,6 +17,7 @@ use tonic::service::interceptor::InterceptedService;
 
 use super::api::AdminService;
 use super::auth::bearer_sha256;
+use super::follow::Follower;
 use super::gate::{Gate, GateLimits};
 use super::proto::admin_server::AdminServer;
 use crate::metrics::{Gauges, Metrics};
@@ -138,6 +139,7 @@ pub async fn metrics(
     permits: Permits,
     tenants: Vec<String>,
     token_sha256: Option<String>,
+    follower: Arc<Follower>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(address)
@@ -156,6 +158,7 @@ pub async fn metrics(
             let permits = permits.clone();
             let tenants = tenants.clone();
             let token_sha256 = token_sha256.clone();
+            let follower = follower.clone();
             let service = hyper::service::service_fn(
                 move |request: hyper::Request<hyper::body::Incoming>| {
                     let response = if request.method() != Method::GET
@@ -171,7 +174,9 @@ pub async fn metrics(
                         let gauges = gauges(&permits, &tenants);
                         Response::builder()
                             .header("content-type", "text/plain; version=0.0.4")
-                            .body(Full::new(Bytes::from(metrics.render(&gauges))))
+                            .body(Full::new(Bytes::from(
+                                metrics.render(&gauges) + &follower.render(),
+                            )))
                     };
                     async move { Ok::<_, Infallible>(response.unwrap_or_default()) }
                 },

@@ -1,0 +1,225 @@
+//! Following a tag: a fleet's roll-out without a coordinator. Every host
+//! resolves each followed `oci://…:tag` periodically (with jitter, so a
+//! fleet does not ask the registry at once) and, when it names a new
+//! manifest, pulls it by digest and activates it exactly as an upload
+//! would: running tasks finish on their version. A digest that fails to
+//! load is not activated; the previous version keeps serving and the
+//! failure shows in `corral status` and `/metrics` until the tag moves.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::catalog::{Catalog, NewVersion, OCI_MANIFEST_LABEL, OCI_REFERENCE_LABEL};
+use crate::oci::{self, OciRef, Registries};
+use crate::sync::lock;
+
+/// One followed tag, as `status` and `/metrics` show it.
+#[derive(Clone, Debug, Default)]
+pub struct FollowState {
+    pub reference: String,
+    pub deployment: String,
+    /// The manifest the tag named when last resolved.
+    pub wanted: Option<String>,
+    /// The component digest this follower last activated.
+    pub active: Option<String>,
+    /// Why the last check failed (cleared by a success).
+    pub last_error: Option<String>,
+    /// A manifest that failed to load: not tried again until the tag moves.
+    failed: Option<String>,
+}
+
+/// The followed tags of every tenant, and their state.
+pub struct Follower {
+    catalog: Arc<Catalog>,
+    registries: Registries,
+    interval: Duration,
+    /// (Tenant, reference).
+    follows: Vec<(String, OciRef)>,
+    states: Mutex<BTreeMap<(String, String), FollowState>>,
+}
+
+impl Follower {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        registries: Registries,
+        interval: Duration,
+        follows: Vec<(String, OciRef)>,
+    ) -> Self {
+        let states = follows
+            .iter()
+            .map(|(tenant, reference)| {
+                let state = FollowState {
+                    reference: reference.to_string(),
+                    deployment: reference.repository_name().to_owned(),
+                    ..FollowState::default()
+                };
+                ((tenant.clone(), reference.to_string()), state)
+            })
+            .collect();
+        Follower {
+            catalog,
+            registries,
+            interval,
+            follows,
+            states: Mutex::new(states),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.follows.is_empty()
+    }
+
+    /// Checks every followed tag once.
+    pub async fn check_all(&self) {
+        for (tenant, reference) in &self.follows {
+            self.check(tenant, reference).await;
+        }
+    }
+
+    /// Checks every interval (plus up to a fifth of it at random) until
+    /// `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let mut bytes = [0u8; 4];
+            let jitter = match getrandom::fill(&mut bytes) {
+                Ok(()) => self
+                    .interval
+                    .mul_f64(f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX) / 5.0),
+                Err(_) => Duration::ZERO,
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(self.interval + jitter) => self.check_all().await,
+            }
+        }
+    }
+
+    async fn check(&self, tenant: &str, reference: &OciRef) {
+        let key = (tenant.to_owned(), reference.to_string());
+        let update = |change: &dyn Fn(&mut FollowState)| {
+            if let Some(state) = lock(&self.states).get_mut(&key) {
+                change(state);
+            }
+        };
+        let wanted = match oci::resolve(reference, &self.registries).await {
+            Ok(digest) => digest,
+            Err(e) => {
+                let message = crate::error_chain(&e);
+                tracing::warn!(tenant, "following {reference}: {message}");
+                update(&|s| s.last_error = Some(message.clone()));
+                return;
+            }
+        };
+        let (known, failed) = {
+            let states = lock(&self.states);
+            let state = states.get(&key);
+            (
+                state.and_then(|s| s.wanted.clone()),
+                state.and_then(|s| s.failed.clone()),
+            )
+        };
+        if failed.as_deref() == Some(&wanted)
+            || (known.as_deref() == Some(&wanted) && failed.is_none())
+        {
+            return;
+        }
+        update(&|s| s.wanted = Some(wanted.clone()));
+        match self.activate(tenant, reference, &wanted).await {
+            Ok(active) => {
+                tracing::info!(
+                    tenant,
+                    "following {reference}: activated {active} ({wanted})"
+                );
+                update(&|s| {
+                    s.active = Some(active.clone());
+                    s.last_error = None;
+                    s.failed = None;
+                });
+            }
+            Err(message) => {
+                tracing::warn!(
+                    tenant,
+                    "following {reference}: {wanted} not activated: {message}"
+                );
+                update(&|s| {
+                    s.last_error = Some(message.clone());
+                    s.failed = Some(wanted.clone());
+                });
+            }
+        }
+    }
+
+    /// Pulls `reference` at `manifest` and activates it; the component's
+    /// digest, or why not.
+    async fn activate(
+        &self,
+        tenant: &str,
+        reference: &OciRef,
+        manifest: &str,
+    ) -> Result<String, String> {
+        let pinned = reference.at_digest(manifest);
+        let pulled = oci::pull(&pinned, &self.registries)
+            .await
+            .map_err(|e| crate::error_chain(&e))?;
+        let new = NewVersion {
+            name: reference.repository_name().to_owned(),
+            aliases: BTreeMap::new(),
+            labels: BTreeMap::from([
+                (OCI_REFERENCE_LABEL.to_owned(), reference.to_string()),
+                (OCI_MANIFEST_LABEL.to_owned(), pulled.manifest_digest),
+            ]),
+            inactive: false,
+        };
+        let (view, _) = self
+            .catalog
+            .upload(tenant, new, pulled.bytes)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(view.version.digest)
+    }
+
+    /// The state of `tenant`'s followed tags.
+    pub fn states(&self, tenant: &str) -> Vec<FollowState> {
+        lock(&self.states)
+            .iter()
+            .filter(|((t, _), _)| t == tenant)
+            .map(|(_, state)| state.clone())
+            .collect()
+    }
+
+    /// Prometheus lines: per followed tag, what it names and what this host
+    /// activated (`corral_follow_info`), and whether its last check failed.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        let states = lock(&self.states);
+        if states.is_empty() {
+            return text;
+        }
+        text.push_str("# TYPE corral_follow_info gauge\n");
+        for ((tenant, _), s) in states.iter() {
+            let _ = writeln!(
+                text,
+                "corral_follow_info{{tenant=\"{tenant}\",deployment=\"{}\",reference=\"{}\",wanted=\"{}\",active=\"{}\"}} 1",
+                s.deployment,
+                s.reference,
+                s.wanted.as_deref().unwrap_or(""),
+                s.active.as_deref().unwrap_or(""),
+            );
+        }
+        text.push_str("# TYPE corral_follow_failing gauge\n");
+        for ((tenant, _), s) in states.iter() {
+            let _ = writeln!(
+                text,
+                "corral_follow_failing{{tenant=\"{tenant}\",deployment=\"{}\",reference=\"{}\"}} {}",
+                s.deployment,
+                s.reference,
+                u8::from(s.last_error.is_some()),
+            );
+        }
+        text
+    }
+}
