@@ -211,7 +211,7 @@ fn bad_references_and_registries_are_refused_naming_the_problem() {
 }
 
 #[test]
-fn a_host_serves_a_configured_oci_component_and_restarts_without_the_registry() {
+fn a_host_serves_a_configured_oci_component_and_restarts_without_pulling_it_again() {
     let registry = Registry::start();
     let digest = push_greeter(&registry, "acme/greeter:1.0");
     let reference = format!("oci://{}/acme/greeter@{digest}", registry.host());
@@ -241,8 +241,25 @@ fn a_host_serves_a_configured_oci_component_and_restarts_without_the_registry() 
         serving.stderr()
     );
 
-    // The data directory keeps what was pulled: by digest, a restart asks
-    // the registry nothing, so it serves with the registry gone.
+    // The data directory keeps what was pulled: by tag, a restart asks
+    // only what the tag names and pulls nothing.
+    let by_tag = config.replace(
+        &reference,
+        &format!("oci://{}/acme/greeter:1.0", registry.host()),
+    );
+    let mut serving = Corral::serve(&by_tag);
+    assert!(
+        serving.stderr().contains("not pulled"),
+        "{}",
+        serving.stderr()
+    );
+    assert_eq!(
+        serving.terminate(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        serving.stderr()
+    );
+    // By digest, it asks the registry nothing: it serves with the registry gone.
     drop(registry);
     let serving = Corral::serve(&config);
     assert!(

@@ -241,8 +241,9 @@ impl Catalog {
     }
 
     /// The bytes of a configured component, and the labels its version
-    /// keeps: its file, or its OCI artifact. A reference pinned to a digest
-    /// pulled before is read from the store without asking the registry.
+    /// keeps: its file, or its OCI artifact. A manifest pulled before is
+    /// read from the store: by digest without asking the registry, by tag
+    /// after asking only what the tag names.
     async fn configured_bytes(
         &self,
         source: &ComponentSource,
@@ -253,11 +254,15 @@ impl Catalog {
             ComponentSource::File(path) => return Ok((std::fs::read(path)?, BTreeMap::new())),
             ComponentSource::Oci(reference) => reference,
         };
-        if let Some(pinned) = reference.digest()
-            && let Some(version) = index
-                .versions
-                .iter()
-                .find(|v| v.labels.get(OCI_MANIFEST_LABEL).map(String::as_str) == Some(pinned))
+        // By digest, nothing is asked; by tag, only what it names now.
+        let manifest = match reference.digest() {
+            Some(pinned) => pinned.to_owned(),
+            None => oci::resolve(reference, registries).await?,
+        };
+        if let Some(version) = index
+            .versions
+            .iter()
+            .find(|v| v.labels.get(OCI_MANIFEST_LABEL) == Some(&manifest))
             && let Ok(bytes) = self.store.bytes(&version.digest)
         {
             tracing::info!(
@@ -266,7 +271,7 @@ impl Catalog {
             );
             return Ok((bytes, version.labels.clone()));
         }
-        let pulled = oci::pull(reference, registries).await?;
+        let pulled = oci::pull(&reference.at_digest(&manifest), registries).await?;
         tracing::info!("pulled {reference} ({})", pulled.manifest_digest);
         let labels = BTreeMap::from([
             (OCI_REFERENCE_LABEL.to_owned(), reference.to_string()),
