@@ -91,9 +91,9 @@ expect = {{ failure = {{ class = "Timeout" }} }}
     let out = corral_test(dir.path(), &["--junit", "report.xml"]);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
-    assert!(said.contains("ok   ./wrong.test.toml: passes"), "{said}");
+    assert!(said.contains("ok   wrong.test.toml: passes"), "{said}");
     assert!(
-        said.contains("FAIL ./wrong.test.toml: wrong result"),
+        said.contains("FAIL wrong.test.toml: wrong result"),
         "{said}"
     );
     assert!(
@@ -106,7 +106,7 @@ expect = {{ failure = {{ class = "Timeout" }} }}
         "{said}"
     );
     assert!(
-        said.contains("FAIL ./broken.test.toml: `./broken.test.toml`"),
+        said.contains("FAIL broken.test.toml: `broken.test.toml`"),
         "{said}"
     );
     assert!(said.contains("\n1 passed, 3 failed"), "{said}");
@@ -164,7 +164,7 @@ args = [{ name = "Ada", language = "english" }, "casual"]
         (
             "missing",
             format!("component = \"nowhere.wasm\"\n{case}expect = {{ result = 1 }}\n"),
-            "reading `nowhere.wasm`: No such file or directory",
+            "cannot read `nowhere.wasm`: No such file or directory",
         ),
     ];
     for (name, text_of_file, problem) in files {

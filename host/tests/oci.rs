@@ -126,6 +126,28 @@ fn a_pushed_component_is_a_wasm_oci_artifact_run_by_tag_and_by_digest() {
         "{}",
         text(&out)
     );
+
+    // The greeter's own test cases, against the pushed artifact.
+    let cases = example("greeter")
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .join("greeter/greeter.test.toml");
+    let out = corral(&[
+        "test",
+        cases.to_str().unwrap(),
+        "--component",
+        &by_digest,
+        "--insecure-registry",
+        &host,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains(" passed, 0 failed"), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("pulled {by_digest}")),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use corral::testing::TestHost;
 
-use super::usage_error;
+use super::{RegistryArgs, read_component, usage_error};
 use spec::Spec;
 
 #[derive(clap::Args)]
@@ -28,6 +28,12 @@ pub struct Args {
     /// Cases of a file run at once [default: 2 per core].
     #[arg(long)]
     jobs: Option<usize>,
+    /// Test this component instead of the one a file names: a file, or
+    /// oci://… (the same cases against a pushed artifact).
+    #[arg(long, value_name = "FILE|oci://…")]
+    component: Option<String>,
+    #[command(flatten)]
+    registry: RegistryArgs,
 }
 
 /// How one case ended.
@@ -61,7 +67,7 @@ pub async fn test(args: Args) -> ExitCode {
         .unwrap_or_else(|| 2 * std::thread::available_parallelism().map_or(1, usize::from));
     let mut results = Vec::with_capacity(files.len());
     for path in files {
-        let result = run_file(&path, jobs).await;
+        let result = run_file(&path, jobs, args.component.as_deref(), &args.registry).await;
         print_file(&result);
         results.push(result);
     }
@@ -90,7 +96,12 @@ pub async fn test(args: Args) -> ExitCode {
     }
 }
 
-async fn run_file(path: &Path, jobs: usize) -> FileResult {
+async fn run_file(
+    path: &Path,
+    jobs: usize,
+    component: Option<&str>,
+    registry: &RegistryArgs,
+) -> FileResult {
     let failed = |error: String| FileResult {
         path: path.to_owned(),
         cases: Vec::new(),
@@ -108,9 +119,14 @@ async fn run_file(path: &Path, jobs: usize) -> FileResult {
         Ok(host) => host,
         Err(e) => return failed(format!("`{}`: {e:#}", path.display())),
     };
-    let component = match host.load_file(&spec.component) {
+    let source = component.unwrap_or(&spec.component);
+    let bytes = match read_component(source, registry).await {
+        Ok(bytes) => bytes,
+        Err(e) => return failed(e),
+    };
+    let component = match host.load_bytes(&bytes) {
         Ok(component) => component,
-        Err(e) => return failed(format!("`{}`: {e}", spec.component.display())),
+        Err(e) => return failed(format!("`{source}`: {e}")),
     };
     let permits = Arc::new(tokio::sync::Semaphore::new(jobs.max(1)));
     let mut running = tokio::task::JoinSet::new();

@@ -2,7 +2,7 @@
 //! capabilities (as in `corral.toml`), and the cases with what each expects.
 //!
 //! ```toml
-//! component = "dist/greeter.wasm"     # relative to this file
+//! component = "dist/greeter.wasm"     # relative to this file, or oci://…
 //! limits = { memory = "64MiB", timeout = "5s" }
 //! capabilities = { env = { REGION = "eu" } }
 //!
@@ -65,7 +65,7 @@ pub enum SpecError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
-    component: PathBuf,
+    component: String,
     limits: Option<toml::Table>,
     capabilities: Option<toml::Table>,
     #[serde(default, rename = "case")]
@@ -111,7 +111,8 @@ struct RawFailure {
 
 /// A test file, checked: its component, the tenant policy, its cases.
 pub struct Spec {
-    pub component: PathBuf,
+    /// A path (resolved against the file's directory) or `oci://…`.
+    pub component: String,
     pub tenant: Tenant,
     pub cases: Vec<Case>,
 }
@@ -162,7 +163,11 @@ impl Spec {
             source,
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        let component = base.join(&raw.component);
+        let component = if corral::oci::is_reference(&raw.component) {
+            raw.component.clone()
+        } else {
+            base.join(&raw.component).display().to_string()
+        };
         let tenant = policy(&raw, &component, base).map_err(|source| SpecError::Policy {
             path: path.to_owned(),
             source: Box::new(source),
@@ -195,7 +200,7 @@ impl Spec {
 /// The tenant's limits and capabilities, read through the same checks as
 /// `corral serve`'s configuration (a one-tenant file, as `corral dev`
 /// writes one).
-fn policy(raw: &RawFile, component: &Path, base: &Path) -> Result<Tenant, ConfigError> {
+fn policy(raw: &RawFile, component: &str, base: &Path) -> Result<Tenant, ConfigError> {
     let mut tenant = toml::Table::new();
     tenant.insert("name".into(), "test".into());
     let mut temporal = toml::Table::new();
@@ -204,7 +209,7 @@ fn policy(raw: &RawFile, component: &Path, base: &Path) -> Result<Tenant, Config
     tenant.insert("temporal".into(), temporal.into());
     tenant.insert(
         "components".into(),
-        vec![toml::Value::from(component.display().to_string())].into(),
+        vec![toml::Value::from(component)].into(),
     );
     if let Some(limits) = &raw.limits {
         tenant.insert("limits".into(), limits.clone().into());
