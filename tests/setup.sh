@@ -39,9 +39,9 @@ if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
     echo "setup: installing openssl (the admin API's TLS test makes certificates with it)" >&2
     apt-get install -y -qq openssl >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openssl)
   fi
-  if ! command -v docker-registry >/dev/null; then
-    echo "setup: installing docker-registry (the OCI tests push to and pull from a real registry)" >&2
-    apt-get install -y -qq docker-registry >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq docker-registry)
+  if ! command -v docker-registry >/dev/null || ! command -v htpasswd >/dev/null; then
+    echo "setup: installing docker-registry and apache2-utils (the OCI tests use a real registry, with a password)" >&2
+    apt-get install -y -qq docker-registry apache2-utils >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq docker-registry apache2-utils)
   fi
   installed_components="$(rustup component list --installed)"
   for component in clippy rustfmt; do

@@ -102,6 +102,7 @@ pub async fn run(
             aliases: t.aliases.clone().into_iter().collect(),
             quota: t.quota,
             registries: t.registries.clone(),
+            credentials: t.registry_credentials.clone(),
         });
     }
     let registry = Arc::new(Registry::default());
@@ -121,7 +122,8 @@ pub async fn run(
     let registries = corral::oci::Registries::from_env(
         config.host.insecure_registries.clone(),
         config.host.max_upload,
-    );
+    )
+    .with_credentials(&config.host.registry_credentials);
     for t in &config.tenants {
         catalog
             .seed(&t.tenant.name, &t.components, &registries)
@@ -132,12 +134,16 @@ pub async fn run(
     // on an empty disk serves them at once), then every follow_interval.
     let follower = Arc::new(Follower::new(
         catalog.clone(),
-        registries.clone(),
         config.host.follow_interval,
         config
             .tenants
             .iter()
-            .flat_map(|t| t.follow.iter().map(|r| (t.tenant.name.clone(), r.clone())))
+            .flat_map(|t| {
+                let registries = registries.with_credentials(&t.registry_credentials);
+                t.follow
+                    .iter()
+                    .map(move |r| (t.tenant.name.clone(), r.clone(), registries.clone()))
+            })
             .collect(),
     ));
     if !follower.is_empty() {

@@ -44,19 +44,18 @@ use crate::sandbox::PolicyError;
 
 mod engine;
 mod source;
+mod values;
 
 pub use source::ComponentSource;
-use source::follows;
+use source::{RawCredential, credentials, follows};
+use values::{address, bytes, duration, positive, size, token_hash};
 
-use crate::oci::RepositoryPrefix;
+use crate::oci::{Credential, RepositoryPrefix};
 
 use engine::RawAion;
 pub use engine::{AionBinding, Compression, Engine, TemporalBinding};
 
-use crate::sandbox::{
-    Capabilities, DirGrant, DirMode, FailureClass, Limits, RetryPolicy, Tenant, parse_bytes,
-    parse_duration,
-};
+use crate::sandbox::{Capabilities, DirGrant, DirMode, FailureClass, Limits, RetryPolicy, Tenant};
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -91,6 +90,8 @@ pub struct HostConfig {
     pub insecure_registries: Vec<String>,
     /// How often followed tags are resolved (plus up to a fifth, at random).
     pub follow_interval: Duration,
+    /// Credentials by registry host, for every tenant.
+    pub registry_credentials: BTreeMap<String, Credential>,
     pub log_json: bool,
 }
 
@@ -113,6 +114,7 @@ impl Default for HostConfig {
             compile_memory: 2 << 30,
             insecure_registries: Vec::new(),
             follow_interval: Duration::from_secs(30),
+            registry_credentials: BTreeMap::new(),
             log_json: false,
         }
     }
@@ -134,6 +136,8 @@ pub struct TenantConfig {
     pub registries: Vec<RepositoryPrefix>,
     /// Tags this host follows for the tenant: `oci://…:tag`.
     pub follow: Vec<crate::oci::OciRef>,
+    /// The tenant's own credentials, by registry host (over the host's).
+    pub registry_credentials: BTreeMap<String, Credential>,
     /// Alias → full activity type name.
     pub aliases: BTreeMap<String, String>,
     /// What the tenant may keep stored through the admin API.
@@ -204,6 +208,8 @@ struct RawHost {
     #[serde(default)]
     insecure_registries: Vec<String>,
     follow_interval: Option<String>,
+    #[serde(default)]
+    registry_credentials: BTreeMap<String, RawCredential>,
     log_format: Option<String>,
     /// Serve the admin API in plain text on an address other than loopback.
     #[serde(default)]
@@ -234,6 +240,8 @@ struct RawTenant {
     registries: Vec<String>,
     #[serde(default)]
     follow: Vec<String>,
+    #[serde(default)]
+    registry_credentials: BTreeMap<String, RawCredential>,
     #[serde(default)]
     aliases: BTreeMap<String, String>,
     #[serde(default)]
@@ -343,6 +351,11 @@ impl Config {
                 raw.host.follow_interval.as_deref(),
                 "30s",
                 "host.follow_interval",
+            )?,
+            registry_credentials: credentials(
+                &raw.host.registry_credentials,
+                base,
+                "host.registry_credentials",
             )?,
             log_json: match raw.host.log_format.as_deref() {
                 None | Some("text") => false,
@@ -570,67 +583,16 @@ impl Config {
                     .collect::<Result<_, _>>()
                     .map_err(|e: crate::oci::OciError| invalid(key("registries"), e.to_string()))?,
                 follow: follows(&t.follow, &key("follow"))?,
+                registry_credentials: credentials(
+                    &t.registry_credentials,
+                    base,
+                    &key("registry_credentials"),
+                )?,
                 aliases: t.aliases.clone(),
                 quota,
             });
         }
         Ok(Config { host, tenants })
-    }
-}
-
-fn address(value: Option<&str>, key: &str) -> Result<Option<SocketAddr>, ConfigError> {
-    value
-        .map(|v| {
-            v.parse().map_err(|_| {
-                invalid(
-                    key,
-                    format!("`{v}` is not an address such as 127.0.0.1:7466"),
-                )
-            })
-        })
-        .transpose()
-}
-
-fn token_hash(value: Option<String>, key: &str) -> Result<Option<String>, ConfigError> {
-    match value {
-        Some(h) if h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()) => {
-            Ok(Some(h.to_ascii_lowercase()))
-        }
-        Some(h) => Err(invalid(
-            key,
-            format!("`{h}` is not a hex SHA-256 (64 hex digits; `corral token` prints one)"),
-        )),
-        None => Ok(None),
-    }
-}
-
-fn positive(value: Option<i64>, default: i64, key: &str) -> Result<usize, ConfigError> {
-    let v = value.unwrap_or(default);
-    if v < 1 {
-        return Err(invalid(key, format!("must be at least 1, got {v}")));
-    }
-    usize::try_from(v).map_err(|_| invalid(key, format!("{v} is too large")))
-}
-
-fn duration(value: Option<&str>, default: &str, key: &str) -> Result<Duration, ConfigError> {
-    let d = parse_duration(value.unwrap_or(default)).map_err(|e| invalid(key, e))?;
-    if d.is_zero() {
-        return Err(invalid(key, "must be above zero"));
-    }
-    Ok(d)
-}
-
-fn bytes(value: Option<&str>, default: &str, key: &str) -> Result<u64, ConfigError> {
-    parse_bytes(value.unwrap_or(default)).map_err(|e| invalid(key, e))
-}
-
-fn size(value: Option<&str>, default: usize, key: &str) -> Result<usize, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(v) => {
-            let b = parse_bytes(v).map_err(|e| invalid(key, e))?;
-            usize::try_from(b).map_err(|_| invalid(key, "too large"))
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::oci::{self, OciError, OciRef};
+use crate::oci::{self, Credential, OciError, OciRef, PasswordSource};
 
 #[derive(Clone)]
 pub enum ComponentSource {
@@ -68,6 +68,56 @@ pub(super) fn follows(texts: &[String], key: &str) -> Result<Vec<OciRef>, super:
                 )));
             }
             Ok(reference)
+        })
+        .collect()
+}
+
+/// A registry credential as written: a user name, and where the password
+/// is (exactly one of an environment variable and a file).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCredential {
+    username: String,
+    password_env: Option<String>,
+    password_file: Option<PathBuf>,
+    /// Read only to refuse it without quoting it.
+    password: Option<toml::Value>,
+}
+
+pub(super) fn credentials(
+    raw: &std::collections::BTreeMap<String, RawCredential>,
+    base: &Path,
+    key: &str,
+) -> Result<std::collections::BTreeMap<String, Credential>, super::ConfigError> {
+    raw.iter()
+        .map(|(registry, c)| {
+            if c.password.is_some() {
+                return Err(super::ConfigError::Invalid {
+                    key: format!("{key}.{registry:?}.password"),
+                    problem: "a password is never read from the configuration: name it with \
+                              password_env or password_file"
+                        .to_owned(),
+                });
+            }
+            let password = match (&c.password_env, &c.password_file) {
+                (Some(name), None) => PasswordSource::Env(name.clone()),
+                (None, Some(path)) => PasswordSource::File(base.join(path)),
+                _ => {
+                    return Err(super::ConfigError::Invalid {
+                        key: format!("{key}.{registry:?}"),
+                        problem: "give the password as exactly one of password_env and \
+                                  password_file (never in the configuration itself)"
+                            .to_owned(),
+                    });
+                }
+            };
+            Ok((
+                registry.clone(),
+                Credential {
+                    username: c.username.clone(),
+                    password,
+                },
+            ))
         })
         .collect()
 }

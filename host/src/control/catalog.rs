@@ -20,7 +20,7 @@ pub use super::errors::{CatalogError, ControlError};
 use super::store::{Index, Quota, Store, TenantIndex, Version};
 use crate::config::ComponentSource;
 use crate::metrics::Metrics;
-use crate::oci::{self, Registries, RepositoryPrefix};
+use crate::oci::{self, Credential, Registries, RepositoryPrefix};
 use crate::sandbox::{CompileError, LoadError, LoadedComponent, PreparedTenant, Sandbox};
 use crate::session::Registry;
 
@@ -33,6 +33,8 @@ pub struct TenantSpec {
     pub quota: Quota,
     /// Where the tenant may have the host pull components from.
     pub registries: Vec<RepositoryPrefix>,
+    /// The tenant's own registry credentials (over the host's).
+    pub credentials: BTreeMap<String, Credential>,
 }
 
 impl TenantSpec {
@@ -187,6 +189,7 @@ impl Catalog {
         registries: &Registries,
     ) -> Result<(), CatalogError> {
         let spec = self.spec(tenant)?;
+        let registries = registries.with_credentials(&spec.credentials);
         let mut state = self.state.lock().await;
         let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
         for source in sources {
@@ -196,7 +199,7 @@ impl Catalog {
                 source: error,
             };
             let (bytes, labels) = self
-                .configured_bytes(source, registries, &tenant_index)
+                .configured_bytes(source, &registries, &tenant_index)
                 .await
                 .map_err(fail)?;
             let name = source.deployment();

@@ -35,23 +35,21 @@ pub struct FollowState {
 /// The followed tags of every tenant, and their state.
 pub struct Follower {
     catalog: Arc<Catalog>,
-    registries: Registries,
     interval: Duration,
-    /// (Tenant, reference).
-    follows: Vec<(String, OciRef)>,
+    /// (Tenant, reference, the registries with the tenant's credentials).
+    follows: Vec<(String, OciRef, Registries)>,
     states: Mutex<BTreeMap<(String, String), FollowState>>,
 }
 
 impl Follower {
     pub fn new(
         catalog: Arc<Catalog>,
-        registries: Registries,
         interval: Duration,
-        follows: Vec<(String, OciRef)>,
+        follows: Vec<(String, OciRef, Registries)>,
     ) -> Self {
         let states = follows
             .iter()
-            .map(|(tenant, reference)| {
+            .map(|(tenant, reference, _)| {
                 let state = FollowState {
                     reference: reference.to_string(),
                     deployment: reference.repository_name().to_owned(),
@@ -62,7 +60,6 @@ impl Follower {
             .collect();
         Follower {
             catalog,
-            registries,
             interval,
             follows,
             states: Mutex::new(states),
@@ -75,8 +72,8 @@ impl Follower {
 
     /// Checks every followed tag once.
     pub async fn check_all(&self) {
-        for (tenant, reference) in &self.follows {
-            self.check(tenant, reference).await;
+        for (tenant, reference, registries) in &self.follows {
+            self.check(tenant, reference, registries).await;
         }
     }
 
@@ -98,14 +95,14 @@ impl Follower {
         }
     }
 
-    async fn check(&self, tenant: &str, reference: &OciRef) {
+    async fn check(&self, tenant: &str, reference: &OciRef, registries: &Registries) {
         let key = (tenant.to_owned(), reference.to_string());
         let update = |change: &dyn Fn(&mut FollowState)| {
             if let Some(state) = lock(&self.states).get_mut(&key) {
                 change(state);
             }
         };
-        let wanted = match oci::resolve(reference, &self.registries).await {
+        let wanted = match oci::resolve(reference, registries).await {
             Ok(digest) => digest,
             Err(e) => {
                 let message = crate::error_chain(&e);
@@ -128,7 +125,7 @@ impl Follower {
             return;
         }
         update(&|s| s.wanted = Some(wanted.clone()));
-        match self.activate(tenant, reference, &wanted).await {
+        match self.activate(tenant, reference, &wanted, registries).await {
             Ok(active) => {
                 tracing::info!(
                     tenant,
@@ -160,9 +157,10 @@ impl Follower {
         tenant: &str,
         reference: &OciRef,
         manifest: &str,
+        registries: &Registries,
     ) -> Result<String, String> {
         let pinned = reference.at_digest(manifest);
-        let pulled = oci::pull(&pinned, &self.registries)
+        let pulled = oci::pull(&pinned, registries)
             .await
             .map_err(|e| crate::error_chain(&e))?;
         let new = NewVersion {

@@ -42,7 +42,8 @@ impl Catalog {
                 "tenant `{tenant}` may not deploy {reference}: {rule}"
             )));
         }
-        let pulled = oci::pull(&reference, registries)
+        let registries = registries.with_credentials(&self.spec(tenant)?.credentials);
+        let pulled = oci::pull(&reference, &registries)
             .await
             .map_err(|e| pull_error(&e))?;
         tracing::info!(tenant, "pulled {reference} ({})", pulled.manifest_digest);
@@ -63,7 +64,9 @@ fn pull_error(e: &OciError) -> ControlError {
         OciError::Unreachable { .. } | OciError::Registry { .. } => {
             ControlError::Unavailable(message)
         }
-        OciError::Unauthorized { .. } => ControlError::FailedPrecondition(message),
+        OciError::Unauthorized { .. } | OciError::Credentials { .. } => {
+            ControlError::FailedPrecondition(message)
+        }
         OciError::TooBig { .. } => ControlError::QuotaExceeded(message),
         OciError::Reference { .. }
         | OciError::NotAComponent { .. }

@@ -16,19 +16,39 @@ pub struct Registry {
 
 impl Registry {
     pub fn start() -> Registry {
+        Registry::start_with(None)
+    }
+
+    /// A registry that demands HTTP basic authentication as `user`
+    /// (`htpasswd`, from Debian's apache2-utils, writes its bcrypt file).
+    pub fn start_with_auth(user: &str, password: &str) -> Registry {
+        Registry::start_with(Some((user, password)))
+    }
+
+    fn start_with(auth: Option<(&str, &str)>) -> Registry {
         start_on_free_ports(|| {
             let storage = tempfile::tempdir().expect("tempdir");
             let port = free_port();
             let config = storage.path().join("config.yml");
-            std::fs::write(
-                &config,
-                format!(
-                    "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                     http:\n  addr: 127.0.0.1:{port}\n",
-                    storage.path().join("data").display()
-                ),
-            )
-            .expect("write the registry's config");
+            let mut text = format!(
+                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                 http:\n  addr: 127.0.0.1:{port}\n",
+                storage.path().join("data").display()
+            );
+            if let Some((user, password)) = auth {
+                let out = std::process::Command::new("htpasswd")
+                    .args(["-Bbn", user, password])
+                    .output()
+                    .expect("htpasswd runs (apt-get install apache2-utils)");
+                assert!(out.status.success());
+                let file = storage.path().join("htpasswd");
+                std::fs::write(&file, &out.stdout).expect("write htpasswd");
+                text.push_str(&format!(
+                    "auth:\n  htpasswd:\n    realm: corral-test\n    path: {}\n",
+                    file.display()
+                ));
+            }
+            std::fs::write(&config, text).expect("write the registry's config");
             let mut child = spawn_watched(
                 "docker-registry",
                 &["serve".into(), config.display().to_string()],

@@ -5,6 +5,10 @@
 //! (sizes, timeouts, plain HTTP only where allowed), the checks (a pinned
 //! digest is the manifest's, the layer is a component) and clear errors.
 
+mod credentials;
+
+pub use credentials::{Credential, PasswordSource};
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::pin::Pin;
@@ -174,7 +178,10 @@ pub fn is_reference(text: &str) -> bool {
 #[derive(Clone)]
 pub struct Registries {
     pub insecure: Vec<String>,
+    /// For a registry without its own credential.
     pub auth: RegistryAuth,
+    /// Registry host → its credential.
+    pub credentials: BTreeMap<String, Credential>,
     pub max_bytes: u64,
     pub timeout: Duration,
 }
@@ -194,8 +201,25 @@ impl Registries {
         Registries {
             insecure,
             auth,
+            credentials: BTreeMap::new(),
             max_bytes,
             timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// These registries with `more` credentials, which win.
+    pub fn with_credentials(&self, more: &BTreeMap<String, Credential>) -> Registries {
+        let mut registries = self.clone();
+        registries
+            .credentials
+            .extend(more.iter().map(|(k, v)| (k.clone(), v.clone())));
+        registries
+    }
+
+    fn auth_for(&self, reference: &OciRef) -> Result<RegistryAuth, OciError> {
+        match self.credentials.get(reference.registry()) {
+            Some(credential) => credential.auth(reference.registry()),
+            None => Ok(self.auth.clone()),
         }
     }
 
@@ -228,7 +252,7 @@ pub enum OciError {
         source: OciDistributionError,
     },
     #[error(
-        "the registry refused the credentials for {reference} (set CORRAL_REGISTRY_USERNAME and CORRAL_REGISTRY_PASSWORD)"
+        "the registry refused the credentials for {reference} (registry_credentials in the configuration; CORRAL_REGISTRY_USERNAME and CORRAL_REGISTRY_PASSWORD for the CLI)"
     )]
     Unauthorized {
         reference: String,
@@ -251,6 +275,8 @@ pub enum OciError {
         size: u64,
         limit: u64,
     },
+    #[error("no password for the registry {registry}: {why}")]
+    Credentials { registry: String, why: String },
     #[error("cannot describe the component to push")]
     Describe(#[source] anyhow::Error),
 }
@@ -335,14 +361,11 @@ fn classify(reference: &OciRef, registries: &Registries, e: OciDistributionError
 /// `registries.max_bytes` (the layer's digest is checked by oci-client).
 pub async fn pull(reference: &OciRef, registries: &Registries) -> Result<Pulled, OciError> {
     let client = registries.client();
+    let auth = registries.auth_for(reference)?;
     let text = reference.to_string();
     let err = |e| classify(reference, registries, e);
     let (raw, _) = client
-        .pull_manifest_raw(
-            &reference.reference,
-            &registries.auth,
-            &[OCI_IMAGE_MEDIA_TYPE],
-        )
+        .pull_manifest_raw(&reference.reference, &auth, &[OCI_IMAGE_MEDIA_TYPE])
         .await
         .map_err(err)?;
     let manifest_digest = format!("sha256:{}", hex::encode(Sha256::digest(&raw)));
@@ -403,9 +426,10 @@ pub async fn pull(reference: &OciRef, registries: &Registries) -> Result<Pulled,
 
 /// The manifest digest `reference` (a tag) names now, without pulling.
 pub async fn resolve(reference: &OciRef, registries: &Registries) -> Result<String, OciError> {
+    let auth = registries.auth_for(reference)?;
     registries
         .client()
-        .fetch_manifest_digest(&reference.reference, &registries.auth)
+        .fetch_manifest_digest(&reference.reference, &auth)
         .await
         .map_err(|e| classify(reference, registries, e))
 }
@@ -421,10 +445,11 @@ pub async fn push(
     let (config, layer) =
         WasmConfig::from_raw_component(component, None).map_err(OciError::Describe)?;
     let client = registries.client();
+    let auth = registries.auth_for(reference)?;
     client
         .push(
             &reference.reference,
-            &registries.auth,
+            &auth,
             layer,
             config,
             Some(annotations),
@@ -437,7 +462,7 @@ pub async fn push(
     // The registry names what it stored: ask it, rather than recompute the
     // manifest oci-client serialised.
     client
-        .fetch_manifest_digest(&reference.reference, &registries.auth)
+        .fetch_manifest_digest(&reference.reference, &auth)
         .await
         .map_err(|e| classify(reference, registries, e))
 }

@@ -1,0 +1,68 @@
+//! Checked values of a configuration: addresses, token hashes, counts,
+//! durations and sizes, each error naming its key.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{ConfigError, invalid};
+use crate::sandbox::{parse_bytes, parse_duration};
+
+pub(super) fn address(value: Option<&str>, key: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    value
+        .map(|v| {
+            v.parse().map_err(|_| {
+                invalid(
+                    key,
+                    format!("`{v}` is not an address such as 127.0.0.1:7466"),
+                )
+            })
+        })
+        .transpose()
+}
+
+pub(super) fn token_hash(value: Option<String>, key: &str) -> Result<Option<String>, ConfigError> {
+    match value {
+        Some(h) if h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()) => {
+            Ok(Some(h.to_ascii_lowercase()))
+        }
+        Some(h) => Err(invalid(
+            key,
+            format!("`{h}` is not a hex SHA-256 (64 hex digits; `corral token` prints one)"),
+        )),
+        None => Ok(None),
+    }
+}
+
+pub(super) fn positive(value: Option<i64>, default: i64, key: &str) -> Result<usize, ConfigError> {
+    let v = value.unwrap_or(default);
+    if v < 1 {
+        return Err(invalid(key, format!("must be at least 1, got {v}")));
+    }
+    usize::try_from(v).map_err(|_| invalid(key, format!("{v} is too large")))
+}
+
+pub(super) fn duration(
+    value: Option<&str>,
+    default: &str,
+    key: &str,
+) -> Result<Duration, ConfigError> {
+    let d = parse_duration(value.unwrap_or(default)).map_err(|e| invalid(key, e))?;
+    if d.is_zero() {
+        return Err(invalid(key, "must be above zero"));
+    }
+    Ok(d)
+}
+
+pub(super) fn bytes(value: Option<&str>, default: &str, key: &str) -> Result<u64, ConfigError> {
+    parse_bytes(value.unwrap_or(default)).map_err(|e| invalid(key, e))
+}
+
+pub(super) fn size(value: Option<&str>, default: usize, key: &str) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) => {
+            let b = parse_bytes(v).map_err(|e| invalid(key, e))?;
+            usize::try_from(b).map_err(|_| invalid(key, "too large"))
+        }
+    }
+}
