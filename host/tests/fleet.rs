@@ -1,9 +1,10 @@
 //! A fleet of three `corral serve` hosts on one Temporal task queue, each
 //! following `acme/versioned:stable` in a real registry, while a Python-SDK
 //! workflow calls the activity continuously: moving the tag rolls every
-//! host forward, also with one host killed mid-roll-out, with no activity
-//! failed or lost, and everything scheduled once every live host has
-//! activated the new version runs it.
+//! host forward (a v1 task in flight finishes on v1) and back (one host
+//! killed mid-roll-back), a registry outage leaves the hosts serving what
+//! they have and they pick the tag up when it returns; no activity fails
+//! or is lost, and what is scheduled after each step runs its version.
 
 mod common;
 
@@ -12,11 +13,13 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::activities::{text, unique};
+use common::activities::{outcome, start, text, unique, wait_for};
 use common::example;
 use common::processes::{Corral, TemporalServer};
 use common::registry::Registry;
 use serde_json::Value;
+
+const HOLD: &str = "demo:versioned/api.hold";
 
 fn push(registry: &Registry, file: &std::path::Path, reference: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_corral"))
@@ -28,9 +31,9 @@ fn push(registry: &Registry, file: &std::path::Path, reference: &str) {
 }
 
 #[test]
-fn three_hosts_following_a_tag_roll_forward_under_load_one_killed_losing_nothing() {
+fn three_hosts_following_a_tag_roll_forward_and_back_through_a_kill_and_an_outage_losing_nothing() {
     let server = TemporalServer::start();
-    let registry = Registry::start();
+    let mut registry = Registry::start();
     let stable = format!("oci://{}/acme/versioned:stable", registry.host());
     push(&registry, &example("versioned"), &stable);
     let queue = unique("fleet");
@@ -76,31 +79,52 @@ follow = [{stable:?}]
             .unwrap_or_else(|_| panic!("the workflow never said `{want}`"));
         assert_eq!(line, want);
     };
+    let mut stdin = workflow.stdin.take().expect("stdin is piped");
+    let mut mark = || {
+        writeln!(stdin, "mark").unwrap();
+        expect_line("marked");
+    };
     expect_line("started");
 
+    // Roll forward, with a v1 task in flight across the switch.
+    let long = start(&server, &queue, HOLD, &["3000"], &[]);
+    wait_for(&server, &long, Duration::from_secs(30), |i| {
+        i["runState"] == "PENDING_ACTIVITY_STATE_STARTED"
+    });
     push(&registry, &example("v2/versioned"), &stable);
-    // One host dies mid-roll-out, its tasks in flight: Temporal retries
-    // them on the others.
+    let activated = format!("following {stable}: activated");
+    await_logged(&hosts, &activated, 2);
+    mark(); // 0: every host serves v2
+    let long = outcome(&server, &long);
+    assert_eq!(long["result"], "v1", "the task in flight: {long}");
+
+    // Roll back, one host killed mid-roll-out with its tasks in flight
+    // (Temporal retries them on the others).
+    mark(); // 1: still v2
+    push(&registry, &example("versioned"), &stable);
     let killed = Command::new("kill")
         .args(["-KILL", &hosts[2].pid().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
-    let activated = format!("following {stable}: activated");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for host in &hosts[..2] {
-        while host.stderr().matches(&activated).count() < 2 {
-            assert!(
-                Instant::now() < deadline,
-                "not rolled out:\n{}",
-                host.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    let mut stdin = workflow.stdin.take().expect("stdin is piped");
-    writeln!(stdin, "mark").unwrap();
-    expect_line("marked");
+    let live = &hosts[..2];
+    await_logged(live, &activated, 3);
+    mark(); // 2: every live host serves v1 again
+
+    // The registry goes away: hosts keep serving and say so; when it is
+    // back, they pick up where the tag went meanwhile.
+    registry.stop();
+    await_logged(
+        live,
+        &format!("following {stable}: cannot reach the registry"),
+        1,
+    );
+    mark(); // 3: v1, without a registry
+    mark(); // 4: still v1, eight activities later
+    registry.restart();
+    push(&registry, &example("v2/versioned"), &stable);
+    await_logged(live, &activated, 4);
+    mark(); // 5: v2 again
     writeln!(stdin, "stop").unwrap();
     let result: Value = serde_json::from_str(
         &lines
@@ -112,14 +136,41 @@ follow = [{stable:?}]
 
     assert_eq!(result["failures"], serde_json::json!([]), "{result}");
     let results = result["results"].as_array().unwrap();
-    let mark = result["mark"].as_u64().unwrap() as usize;
+    let marks: Vec<usize> = result["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(marks.len(), 6, "{result}");
     assert!(results.iter().all(|r| r == "v1" || r == "v2"), "{result}");
-    assert!(results[..mark].contains(&Value::from("v1")), "{result}");
-    assert!(results.len() >= mark + 8, "{result}");
-    assert!(results[mark..].iter().all(|r| r == "v2"), "{result}");
+    let all = |range: std::ops::Range<usize>, version: &str| {
+        assert!(
+            results[range.clone()].iter().all(|r| r == version),
+            "{range:?} should all be {version}: {result}"
+        );
+    };
+    assert!(results[..marks[0]].contains(&Value::from("v1")), "{result}");
+    all(marks[0]..marks[1], "v2");
+    all(marks[2]..marks[4], "v1");
+    all(marks[5]..results.len(), "v2");
     eprintln!(
-        "{} activities, {} before the mark; none failed",
-        results.len(),
-        mark
+        "{} activities across the roll-out, roll-back and registry outage; none failed",
+        results.len()
     );
+}
+
+/// Waits until every host in `hosts` has logged `line` `times` times.
+fn await_logged(hosts: &[Corral], line: &str, times: usize) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for host in hosts {
+        while host.stderr().matches(line).count() < times {
+            assert!(
+                Instant::now() < deadline,
+                "`{line}` not logged {times} times:\n{}",
+                host.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }

@@ -6,10 +6,10 @@ new version. Used by the fleet test:
 
 Prints `started` once the workflow has completed its first activities.
 Reads lines on stdin: `mark` records how many activities were scheduled so
-far (the test says it when every host has activated the new version) and
-prints `marked` once eight more have completed; `stop` ends the loop. Prints
+far (the test says it at each point of the roll-out it checks) and prints
+`marked` once eight more have completed; `stop` ends the loop. Prints
 the workflow's result as JSON: every activity's result in scheduling
-order, the mark, and the failures (none are expected).
+order, the marks, and the failures (none are expected).
 """
 
 import argparse
@@ -30,7 +30,7 @@ from temporalio.worker import Worker
 class Rollout:
     def __init__(self) -> None:
         self.stopping = False
-        self.mark = None
+        self.marks = []
         self.scheduled = 0
         self.results = []
 
@@ -44,7 +44,7 @@ class Rollout:
 
     @workflow.signal
     def record_mark(self) -> None:
-        self.mark = self.scheduled
+        self.marks.append(self.scheduled)
 
     @workflow.run
     async def run(self, queue: str) -> dict:
@@ -65,7 +65,7 @@ class Rollout:
                     results.append(None)
                 else:
                     results.append(outcome)
-        return {"results": results, "mark": self.mark, "failures": failures}
+        return {"results": results, "marks": self.marks, "failures": failures}
 
 
 async def completed_at_least(handle, count: int) -> None:

@@ -3,6 +3,7 @@
 //! stopped when dropped.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use super::processes::{free_port, spawn_watched, start_on_free_ports, stop};
 pub struct Registry {
     child: Child,
     port: u16,
-    _storage: tempfile::TempDir,
+    storage: tempfile::TempDir,
 }
 
 impl Registry {
@@ -49,46 +50,62 @@ impl Registry {
                 ));
             }
             std::fs::write(&config, text).expect("write the registry's config");
-            let mut child = spawn_watched(
-                "docker-registry",
-                &["serve".into(), config.display().to_string()],
-                Stdio::null(),
-                Stdio::piped(),
-            );
-            // Ready once it says it listens (its own log line). Its log is
-            // drained to the end: a Go program dies writing to a closed pipe.
-            let stderr = child.stderr.take().expect("stderr is piped");
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    let listening = line.contains("listening on");
-                    let _ = tx.send((line, listening));
-                }
-            });
-            let mut said = Vec::new();
-            while let Ok((line, listening)) = rx.recv_timeout(Duration::from_secs(30)) {
-                said.push(line);
-                if listening {
-                    return Ok(Registry {
-                        child,
-                        port,
-                        _storage: storage,
-                    });
-                }
+            match listening(&config) {
+                (Some(child), _) => Ok(Registry {
+                    child,
+                    port,
+                    storage,
+                }),
+                (None, said) => Err(format!("docker-registry did not start:\n{said}")),
             }
-            stop(&mut child, Duration::from_secs(5));
-            Err(format!(
-                "docker-registry did not start:\n{}",
-                said.join("\n")
-            ))
         })
+    }
+
+    /// Stops the registry: clients now find nothing on its port.
+    pub fn stop(&mut self) {
+        stop(&mut self.child, Duration::from_secs(5));
+    }
+
+    /// Starts it again on the same port, with what it stored.
+    pub fn restart(&mut self) {
+        let (child, said) = listening(&self.storage.path().join("config.yml"));
+        self.child = child.unwrap_or_else(|| panic!("docker-registry did not restart:\n{said}"));
     }
 
     /// `127.0.0.1:<port>`: the registry part of a reference.
     pub fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+}
+
+/// Starts `docker-registry serve config` until it says it listens (its own
+/// log line); its log is drained to the end, since a Go program dies
+/// writing to a closed pipe. The child, or what it said before it failed.
+fn listening(config: &Path) -> (Option<Child>, String) {
+    let mut child = spawn_watched(
+        "docker-registry",
+        &["serve".into(), config.display().to_string()],
+        Stdio::null(),
+        Stdio::piped(),
+    );
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let listening = line.contains("listening on");
+            let _ = tx.send((line, listening));
+        }
+    });
+    let mut said = Vec::new();
+    while let Ok((line, listening)) = rx.recv_timeout(Duration::from_secs(30)) {
+        said.push(line);
+        if listening {
+            return (Some(child), String::new());
+        }
+    }
+    stop(&mut child, Duration::from_secs(5));
+    (None, said.join("\n"))
 }
 
 impl Drop for Registry {
