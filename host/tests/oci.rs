@@ -356,6 +356,15 @@ fn a_tenant_deploys_from_the_registries_it_is_allowed_and_nowhere_else() {
         host.run(0, "demo:progress/api.count-to", &["3", "1"])["result"],
         3
     );
+    // By digest too: the same bytes, the same version.
+    let manifest = deployed["labels"]["oci.manifest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let by_digest = format!("oci://{host_port}/acme/progress@{manifest}");
+    let again = host.alpha(&["deploy", &by_digest, "--json"]);
+    assert_eq!(again["digest"], deployed["digest"], "{again}");
+    assert_eq!(again["already_stored"], true, "{again}");
 
     // Another repository, and another tenant with no registries: refused,
     // naming the rule, with nothing stored.

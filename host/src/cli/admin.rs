@@ -368,6 +368,7 @@ pub async fn status(args: ConnOnly) -> ExitCode {
                     "in_flight": t.in_flight,
                     "outcomes": t.outcomes.iter().collect::<std::collections::BTreeMap<_, _>>(),
                     "activity_types": t.activity_types,
+                    "active": t.active.iter().collect::<std::collections::BTreeMap<_, _>>(),
                     "following": t.following.iter().map(|f| json!({
                         "reference": f.reference,
                         "deployment": f.deployment,
@@ -405,6 +406,10 @@ pub async fn status(args: ConnOnly) -> ExitCode {
             }
         );
         println!("  serves: {}", t.activity_types.join(", "));
+        let active: std::collections::BTreeMap<_, _> = t.active.iter().collect();
+        for (deployment, digest) in active {
+            println!("  {deployment}: active {digest}");
+        }
         for f in &t.following {
             let or_none = |d: &str| {
                 if d.is_empty() {

@@ -326,11 +326,24 @@ impl Admin for AdminService {
         let tenants = self.auth.scope(&principal, &request.get_ref().tenant)?;
         let host = self.session.permits.host_usage();
         let metrics = &self.session.metrics;
+        let mut active = Vec::with_capacity(tenants.len());
+        for name in &tenants {
+            let views = self.catalog.list(name).await.map_err(status)?;
+            active.push(
+                views
+                    .into_iter()
+                    .filter(|v| v.active)
+                    .map(|v| (v.version.name, v.version.digest))
+                    .collect(),
+            );
+        }
         let tenants = tenants
             .into_iter()
-            .map(|name| {
+            .zip(active)
+            .map(|(name, active)| {
                 let usage = self.session.permits.tenant_usage(&name);
                 proto::TenantStatus {
+                    active,
                     max_concurrent: usage.map_or(0, |u| saturate(u.limit)),
                     in_use: usage.map_or(0, |u| saturate(u.in_use)),
                     in_flight: u32::try_from(metrics.in_flight(&name)).unwrap_or(u32::MAX),
