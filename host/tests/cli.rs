@@ -193,7 +193,10 @@ fn usage_and_load_errors_exit_two_with_the_reason() {
             &["run", g, "demo:greeter/api.nope"],
             "serves no activity type `demo:greeter/api.nope`",
         ),
-        (&["run", "/no/such.wasm", "x"], "reading `/no/such.wasm`"),
+        (
+            &["run", "/no/such.wasm", "x"],
+            "cannot read `/no/such.wasm`",
+        ),
         (
             &["run", g, "demo:greeter/api.greet", "--memory", "lots"],
             "not a byte size",

@@ -210,6 +210,15 @@ pub fn main() -> ExitCode {
     if let Command::CompileWorker(args) = &cli.command {
         return corral::sandbox::compile_worker_main(args.max_wasm_stack);
     }
+    // Two TLS crypto providers are linked (ring for tonic, aws-lc-rs for the
+    // OCI client's token handling), so rustls cannot choose one itself: the
+    // admin API's TLS, its clients and registry HTTPS all use ring.
+    if rustls::crypto::ring::default_provider()
+        .install_default()
+        .is_err()
+    {
+        return usage_error("a TLS crypto provider was installed before corral chose one");
+    }
     // A server logs what it does; one-shot commands print their own output.
     // `serve` sets up its logs once it has read the configuration's format.
     match cli.command {
