@@ -11,9 +11,9 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::activities::{outcome, start, text, unique, wait_for};
+use common::activities::{outcome, start, unique, wait_for};
 use common::example;
 use common::processes::{Corral, TemporalServer};
 use common::registry::Registry;
@@ -21,21 +21,12 @@ use serde_json::Value;
 
 const HOLD: &str = "demo:versioned/api.hold";
 
-fn push(registry: &Registry, file: &std::path::Path, reference: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_corral"))
-        .args(["push", file.to_str().unwrap(), reference])
-        .args(["--insecure-registry", &registry.host()])
-        .output()
-        .expect("corral runs");
-    assert!(out.status.success(), "push: {}", text(&out));
-}
-
 #[test]
 fn three_hosts_following_a_tag_roll_forward_and_back_through_a_kill_and_an_outage_losing_nothing() {
     let server = TemporalServer::start();
     let mut registry = Registry::start();
     let stable = format!("oci://{}/acme/versioned:stable", registry.host());
-    push(&registry, &example("versioned"), &stable);
+    registry.push(&example("versioned"), &stable);
     let queue = unique("fleet");
     let config = format!(
         r#"
@@ -91,7 +82,7 @@ follow = [{stable:?}]
     wait_for(&server, &long, Duration::from_secs(30), |i| {
         i["runState"] == "PENDING_ACTIVITY_STATE_STARTED"
     });
-    push(&registry, &example("v2/versioned"), &stable);
+    registry.push(&example("v2/versioned"), &stable);
     let activated = format!("following {stable}: activated");
     await_logged(&hosts, &activated, 2);
     mark(); // 0: every host serves v2
@@ -101,7 +92,7 @@ follow = [{stable:?}]
     // Roll back, one host killed mid-roll-out with its tasks in flight
     // (Temporal retries them on the others).
     mark(); // 1: still v2
-    push(&registry, &example("versioned"), &stable);
+    registry.push(&example("versioned"), &stable);
     let killed = Command::new("kill")
         .args(["-KILL", &hosts[2].pid().to_string()])
         .status()
@@ -122,7 +113,7 @@ follow = [{stable:?}]
     mark(); // 3: v1, without a registry
     mark(); // 4: still v1, eight activities later
     registry.restart();
-    push(&registry, &example("v2/versioned"), &stable);
+    registry.push(&example("v2/versioned"), &stable);
     await_logged(live, &activated, 4);
     mark(); // 5: v2 again
     writeln!(stdin, "stop").unwrap();
@@ -162,15 +153,7 @@ follow = [{stable:?}]
 
 /// Waits until every host in `hosts` has logged `line` `times` times.
 fn await_logged(hosts: &[Corral], line: &str, times: usize) {
-    let deadline = Instant::now() + Duration::from_secs(90);
     for host in hosts {
-        while host.stderr().matches(line).count() < times {
-            assert!(
-                Instant::now() < deadline,
-                "`{line}` not logged {times} times:\n{}",
-                host.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        host.await_logged(line, times);
     }
 }

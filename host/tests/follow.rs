@@ -6,49 +6,17 @@
 
 mod common;
 
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
-
-use common::activities::text;
 use common::admin::Host;
 use common::example;
-use common::processes::Corral;
 use common::registry::Registry;
-use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 
 const HOLD: &str = "demo:versioned/api.hold";
-
-fn push(registry: &Registry, file: &std::path::Path, reference: &str) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_corral"))
-        .args(["push", file.to_str().unwrap(), reference])
-        .args(["--insecure-registry", &registry.host()])
-        .output()
-        .expect("corral runs");
-    assert!(out.status.success(), "push: {}", text(&out));
-    out
-}
-
-/// Waits until the host has logged `line` `times` times: the follower's own
-/// account of each check, not a guess at how long one takes.
-fn await_log(host: &Corral, line: &str, times: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while host.stderr().matches(line).count() < times {
-        assert!(
-            Instant::now() < deadline,
-            "`{line}` not logged {times} times:\n{}",
-            host.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 #[test]
 fn a_host_follows_a_tag_forward_past_a_bad_push_and_back() {
     let registry = Registry::start();
     let stable = format!("oci://{}/acme/versioned:stable", registry.host());
-    push(&registry, &example("versioned"), &stable);
+    registry.push(&example("versioned"), &stable);
 
     let host = Host::new(&format!(
         "insecure_registries = [{:?}]\nfollow_interval = \"1s\"",
@@ -58,42 +26,16 @@ fn a_host_follows_a_tag_forward_past_a_bad_push_and_back() {
     // Checked before the host said it was ready.
     assert_eq!(host.run(0, HOLD, &["0"])["result"], "v1");
     let activated = format!("following {stable}: activated");
-    await_log(&serving, &activated, 1);
+    serving.await_logged(&activated, 1);
 
-    push(&registry, &example("v2/versioned"), &stable);
-    await_log(&serving, &activated, 2);
+    registry.push(&example("v2/versioned"), &stable);
+    serving.await_logged(&activated, 2);
     assert_eq!(host.run(0, HOLD, &["0"])["result"], "v2");
 
     // The tag now names something that is not a component: not activated,
     // v2 keeps serving, and the failure is visible.
-    let reference: Reference = format!("{}/acme/versioned:stable", registry.host())
-        .parse()
-        .unwrap();
-    let client = Client::new(ClientConfig {
-        protocol: ClientProtocol::HttpsExcept(vec![registry.host()]),
-        ..ClientConfig::default()
-    });
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(client.push(
-            &reference,
-            &[ImageLayer::new(
-                b"not wasm".to_vec(),
-                "text/plain".into(),
-                None,
-            )],
-            Config::new(
-                b"{}".to_vec(),
-                "application/vnd.oci.image.config.v1+json".into(),
-                None,
-            ),
-            &RegistryAuth::Anonymous,
-            None,
-        ))
-        .unwrap();
-    await_log(&serving, "not activated", 1);
+    registry.push_not_a_component("acme/versioned:stable");
+    serving.await_logged("not activated", 1);
     assert_eq!(host.run(0, HOLD, &["0"])["result"], "v2");
     let status = host.alpha(&["status", "--json"]);
     let following = &status["tenants"][0]["following"][0];
@@ -113,8 +55,8 @@ fn a_host_follows_a_tag_forward_past_a_bad_push_and_back() {
     );
 
     // Rolling back is moving the tag back.
-    push(&registry, &example("versioned"), &stable);
-    await_log(&serving, &activated, 3);
+    registry.push(&example("versioned"), &stable);
+    serving.await_logged(&activated, 3);
     assert_eq!(host.run(0, HOLD, &["0"])["result"], "v1");
     let status = host.alpha(&["status", "--json"]);
     let following = &status["tenants"][0]["following"][0];

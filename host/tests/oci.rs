@@ -12,9 +12,9 @@ use common::activities::text;
 use common::example;
 use common::processes::Corral;
 use common::registry::Registry;
-use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use common::registry::block_on;
+use oci_client::Reference;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 
 fn corral(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_corral"))
@@ -24,42 +24,10 @@ fn corral(args: &[&str]) -> Output {
         .expect("corral runs")
 }
 
-fn plain_http_client(registry: &Registry) -> Client {
-    Client::new(ClientConfig {
-        protocol: ClientProtocol::HttpsExcept(vec![registry.host()]),
-        ..ClientConfig::default()
-    })
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// Pushes the greeter to `repository:tag`; returns the manifest digest
-/// `corral push` printed.
+/// Pushes the greeter to `repository:tag`; the manifest digest.
 fn push_greeter(registry: &Registry, repository_tag: &str) -> String {
-    let greeter = example("greeter");
     let reference = format!("oci://{}/{repository_tag}", registry.host());
-    let out = corral(&[
-        "push",
-        greeter.to_str().unwrap(),
-        &reference,
-        "--insecure-registry",
-        &registry.host(),
-    ]);
-    assert!(out.status.success(), "push: {}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with(&format!("pushed {reference} (")))
-        .unwrap_or_else(|| panic!("{}", text(&out)));
-    line.rsplit_once('(')
-        .and_then(|(_, d)| d.strip_suffix(')'))
-        .unwrap()
-        .to_owned()
+    registry.push(&example("greeter"), &reference)
 }
 
 #[test]
@@ -75,11 +43,12 @@ fn a_pushed_component_is_a_wasm_oci_artifact_run_by_tag_and_by_digest() {
     let reference: Reference = format!("{}/acme/greeter:1.0", registry.host())
         .parse()
         .unwrap();
-    let (manifest, pulled_digest) = runtime()
-        .block_on(
-            plain_http_client(&registry).pull_image_manifest(&reference, &RegistryAuth::Anonymous),
-        )
-        .unwrap();
+    let (manifest, pulled_digest) = block_on(
+        registry
+            .client()
+            .pull_image_manifest(&reference, &RegistryAuth::Anonymous),
+    )
+    .unwrap();
     assert_eq!(pulled_digest, digest);
     assert_eq!(
         manifest.config.media_type,
@@ -198,24 +167,7 @@ fn bad_references_and_registries_are_refused_naming_the_problem() {
     );
 
     // An artifact that is not a component, pushed by another tool.
-    let reference: Reference = format!("{host}/acme/notes:1.0").parse().unwrap();
-    runtime()
-        .block_on(plain_http_client(&registry).push(
-            &reference,
-            &[ImageLayer::new(
-                b"just text".to_vec(),
-                "text/plain".into(),
-                None,
-            )],
-            Config::new(
-                b"{}".to_vec(),
-                "application/vnd.oci.image.config.v1+json".into(),
-                None,
-            ),
-            &RegistryAuth::Anonymous,
-            None,
-        ))
-        .unwrap();
+    registry.push_not_a_component("acme/notes:1.0");
     inspect(
         &format!("oci://{host}/acme/notes:1.0"),
         "is not a Wasm component artifact: it has layers [text/plain]",
@@ -326,14 +278,7 @@ fn a_tenant_deploys_from_the_registries_it_is_allowed_and_nowhere_else() {
     let host_port = registry.host();
     let progress = example("progress");
     for repository in ["acme/progress:1.0", "other/progress:1.0"] {
-        let out = corral(&[
-            "push",
-            progress.to_str().unwrap(),
-            &format!("oci://{host_port}/{repository}"),
-            "--insecure-registry",
-            &host_port,
-        ]);
-        assert!(out.status.success(), "{}", text(&out));
+        registry.push(&progress, &format!("oci://{host_port}/{repository}"));
     }
     let host = common::admin::Host::new(&format!("insecure_registries = [{host_port:?}]"));
     let _serving = host.serve([&format!("registries = [\"{host_port}/acme\"]"), ""]);

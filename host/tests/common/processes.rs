@@ -275,6 +275,20 @@ impl Corral {
         corral
     }
 
+    /// Waits (at most 90 s) until corral has logged `line` `times` times:
+    /// its own account of an event, not a guess at how long one takes.
+    pub fn await_logged(&self, line: &str, times: usize) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while self.stderr().matches(line).count() < times {
+            assert!(
+                Instant::now() < deadline,
+                "`{line}` not logged {times} times:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Everything corral wrote to stdout so far.
     pub fn stdout(&self) -> String {
         self.stdout.lock().unwrap().join("\n")

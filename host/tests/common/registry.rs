@@ -4,9 +4,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+
+use super::activities::text;
 use super::processes::{free_port, spawn_watched, start_on_free_ports, stop};
 
 pub struct Registry {
@@ -76,6 +81,67 @@ impl Registry {
     pub fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+
+    /// `corral push FILE REFERENCE` to this (plain-HTTP, password-less)
+    /// registry, asserting it succeeded; the manifest digest it printed.
+    pub fn push(&self, file: &Path, reference: &str) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_corral"))
+            .args(["push", &file.display().to_string(), reference])
+            .args(["--insecure-registry", &self.host()])
+            .env_remove("CORRAL_REGISTRY_USERNAME")
+            .env_remove("CORRAL_REGISTRY_PASSWORD")
+            .output()
+            .expect("corral runs");
+        assert!(out.status.success(), "push: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("pushed {reference} (")))
+            .and_then(|d| d.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("no digest in: {}", text(&out)))
+            .to_owned()
+    }
+
+    /// oci-client, speaking plain HTTP to this registry: another tool.
+    pub fn client(&self) -> Client {
+        Client::new(ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(vec![self.host()]),
+            ..ClientConfig::default()
+        })
+    }
+
+    /// Pushes, as another tool would, an artifact that is not a component
+    /// (one `text/plain` layer) to `repository:tag`.
+    pub fn push_not_a_component(&self, repository_tag: &str) {
+        let reference: Reference = format!("{}/{repository_tag}", self.host())
+            .parse()
+            .expect("a reference");
+        block_on(self.client().push(
+            &reference,
+            &[ImageLayer::new(
+                b"just text".to_vec(),
+                "text/plain".into(),
+                None,
+            )],
+            Config::new(
+                b"{}".to_vec(),
+                "application/vnd.oci.image.config.v1+json".into(),
+                None,
+            ),
+            &RegistryAuth::Anonymous,
+            None,
+        ))
+        .expect("the registry takes any artifact");
+    }
+}
+
+/// Drives one oci-client call from a synchronous test.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(future)
 }
 
 /// Starts `docker-registry serve config` until it says it listens (its own

@@ -475,16 +475,6 @@ impl Catalog {
                 self.metrics.component_loaded(component.from_cache);
                 Ok(component)
             }
-            Err(LoadError::UnsatisfiedImports(names)) => {
-                Err(ControlError::InvalidArgument(format!(
-                    "the component imports what this host does not provide: {}",
-                    names
-                        .iter()
-                        .map(|n| format!("`{n}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )))
-            }
             Err(LoadError::Compile(e @ (CompileError::TooSlow(_) | CompileError::TooBig(_)))) => {
                 tracing::warn!("a component was refused: {e}");
                 Err(ControlError::QuotaExceeded(e.to_string()))
