@@ -166,48 +166,34 @@ macro_rules! call {
 }
 
 pub async fn deploy(args: DeployArgs) -> ExitCode {
-    // `oci://…`: the host pulls it (from registries the tenant may use).
-    if corral::oci::is_reference(&args.file) {
+    // `oci://…`: no bytes travel; the host pulls it (from registries the
+    // tenant may use). A file: its bytes follow the header.
+    let (default_name, oci_reference, bytes) = if corral::oci::is_reference(&args.file) {
         let reference: corral::oci::OciRef = match args.file.parse() {
             Ok(reference) => reference,
             Err(e) => return usage_error(e),
         };
-        let name = args
-            .name
-            .clone()
-            .unwrap_or_else(|| reference.repository_name().to_owned());
-        let header = proto::UploadHeader {
-            tenant: args.conn.tenant(),
-            name,
-            aliases: args.aliases.clone().into_iter().collect(),
-            labels: args.labels.clone().into_iter().collect(),
-            size: 0,
-            inactive: args.inactive,
-            oci_reference: reference.to_string(),
+        let name = reference.repository_name().to_owned();
+        (name, reference.to_string(), Vec::new())
+    } else {
+        let bytes = match std::fs::read(&args.file) {
+            Ok(bytes) => bytes,
+            Err(e) => return usage_error(format!("reading `{}`: {e}", args.file)),
         };
-        let messages = vec![proto::UploadRequest {
-            part: Some(upload_request::Part::Header(header)),
-        }];
-        return finish_deploy(args, messages).await;
-    }
-    let bytes = match std::fs::read(&args.file) {
-        Ok(bytes) => bytes,
-        Err(e) => return usage_error(format!("reading `{}`: {e}", args.file)),
-    };
-    let name = args.name.clone().unwrap_or_else(|| {
-        std::path::Path::new(&args.file).file_stem().map_or_else(
+        let stem = std::path::Path::new(&args.file).file_stem().map_or_else(
             || "component".to_owned(),
             |s| s.to_string_lossy().into_owned(),
-        )
-    });
+        );
+        (stem, String::new(), bytes)
+    };
     let header = proto::UploadHeader {
         tenant: args.conn.tenant(),
-        name,
-        aliases: args.aliases.clone().into_iter().collect(),
-        labels: args.labels.clone().into_iter().collect(),
+        name: args.name.clone().unwrap_or(default_name),
+        aliases: args.aliases.into_iter().collect(),
+        labels: args.labels.into_iter().collect(),
         size: bytes.len() as u64,
         inactive: args.inactive,
-        oci_reference: String::new(),
+        oci_reference,
     };
     let mut messages = vec![proto::UploadRequest {
         part: Some(upload_request::Part::Header(header)),
@@ -219,10 +205,6 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
                 part: Some(upload_request::Part::Chunk(chunk.to_vec())),
             }),
     );
-    finish_deploy(args, messages).await
-}
-
-async fn finish_deploy(args: DeployArgs, messages: Vec<proto::UploadRequest>) -> ExitCode {
     let response = call!(args.conn, upload, tokio_stream::iter(messages));
     let Some(component) = response.component else {
         return usage_error("the host answered without the stored component");

@@ -126,11 +126,11 @@ fn check_name(name: &str) -> Result<(), NewError> {
 
 /// Every file of a `lang` project named `name`: path and contents.
 fn project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
-    let module = name.replace('-', "_");
+    // Rust's crate file and wit-bindgen's module both spell `-` as `_`.
+    let snake_name = name.replace('-', "_");
     let fill = |text: &str| {
         text.replace("{{name}}", name)
-            .replace("{{module}}", &module)
-            .replace("{{crate}}", &module)
+            .replace("{{snake_name}}", &snake_name)
     };
     let mut files: Vec<(String, String)> = COMMON
         .iter()

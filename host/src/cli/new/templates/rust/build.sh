@@ -5,5 +5,5 @@ set -eu
 cd "$(dirname "$0")"
 cargo build --release --target wasm32-wasip2
 mkdir -p dist
-cp "${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/{{crate}}.wasm" dist/{{name}}.wasm
+cp "${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/{{snake_name}}.wasm" dist/{{name}}.wasm
 echo "built dist/{{name}}.wasm"

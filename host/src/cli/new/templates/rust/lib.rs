@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 corral_guest::generate!("local:{{name}}/{{name}}");
 
-use exports::local::{{module}}::api::{Guest, Person};
+use exports::local::{{snake_name}}::api::{Guest, Person};
 
 #[derive(Serialize, Deserialize)]
 struct Progress {
