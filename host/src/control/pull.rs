@@ -70,7 +70,8 @@ fn pull_error(e: &OciError) -> ControlError {
         OciError::TooBig { .. } => ControlError::QuotaExceeded(message),
         OciError::Reference { .. }
         | OciError::NotAComponent { .. }
-        | OciError::DigestMismatch { .. } => ControlError::InvalidArgument(message),
+        | OciError::DigestMismatch { .. }
+        | OciError::LongerThanDeclared { .. } => ControlError::InvalidArgument(message),
         OciError::Describe(_) => ControlError::Internal(message),
     }
 }

@@ -275,6 +275,8 @@ pub enum OciError {
         size: u64,
         limit: u64,
     },
+    #[error("{reference}: the registry sent more than the {declared} bytes its manifest declares")]
+    LongerThanDeclared { reference: String, declared: u64 },
     #[error("no password for the registry {registry}: {why}")]
     Credentials { registry: String, why: String },
     #[error("cannot describe the component to push")]
@@ -410,10 +412,9 @@ pub async fn pull(reference: &OciRef, registries: &Registries) -> Result<Pulled,
         .await
         .map_err(|e| match e {
             OciDistributionError::IoError(io) if io.kind() == std::io::ErrorKind::FileTooLarge => {
-                OciError::TooBig {
+                OciError::LongerThanDeclared {
                     reference: text.clone(),
-                    size: out.limit as u64 + 1,
-                    limit: size,
+                    declared: size,
                 }
             }
             e => err(e),
