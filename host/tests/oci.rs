@@ -336,3 +336,83 @@ fn a_tenant_deploys_from_the_registries_it_is_allowed_and_nowhere_else() {
     let beta = host.cli(&host.tokens[1].token, &["ls", "--json"]);
     assert!(!text(&beta).contains("progress"), "{}", text(&beta));
 }
+
+/// A hostile registry on loopback: it answers the manifest with a layer of
+/// `declared` bytes, then streams that layer without end.
+fn hostile_registry(declared: u64) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.wasm.config.v0+json","digest":"sha256:{}","size":2}},"layers":[{{"mediaType":"application/wasm","digest":"sha256:{}","size":{declared}}}]}}"#,
+        "a".repeat(64),
+        "b".repeat(64)
+    );
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let manifest = manifest.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(&stream);
+                let mut request = String::new();
+                if reader.read_line(&mut request).is_err() {
+                    return;
+                }
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let mut stream = &stream;
+                if request.contains("/manifests/") {
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n{manifest}",
+                        manifest.len()
+                    );
+                } else if request.contains("/blobs/") {
+                    let _ = write!(stream, "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n");
+                    let chunk = [0u8; 64 << 10];
+                    while stream.write_all(&chunk).is_ok() {}
+                } else {
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    );
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_registry_that_lies_about_or_overruns_a_layer_is_cut_off() {
+    // Declared over the limit: refused before the layer is fetched.
+    let port = hostile_registry(1 << 40);
+    let out = corral(&[
+        "inspect",
+        &format!("oci://127.0.0.1:{port}/acme/huge:1"),
+        "--insecure-registry",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("is 1099511627776 bytes, over the limit of 268435456 bytes"),
+        "{}",
+        text(&out)
+    );
+    // Declared small, sent without end: cut off at the declared size.
+    let port = hostile_registry(10);
+    let out = corral(&[
+        "inspect",
+        &format!("oci://127.0.0.1:{port}/acme/endless:1"),
+        "--insecure-registry",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("the registry sent more than the 10 bytes its manifest declares"),
+        "{}",
+        text(&out)
+    );
+}
