@@ -7,11 +7,13 @@
 //! ([`Sandbox::prepare`](super::Sandbox::prepare)); each task then builds its
 //! cheap WASI context from that.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use super::http::HttpHost;
+use super::http::HttpGrant;
+use super::secrets::Secrets;
 
 /// How a granted directory may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +64,12 @@ pub struct Capabilities {
     pub env: Vec<(String, String)>,
     /// Where the guest may send HTTP requests (`wasi:http`); every request
     /// is denied when empty.
-    pub http_hosts: Arc<[HttpHost]>,
+    pub http_hosts: Arc<[HttpGrant]>,
+    /// What the guest reads through `wasi:config/store`.
+    pub config: Arc<BTreeMap<String, String>>,
+    /// Secrets the guest sees only as placeholders (in `config` and the
+    /// environment, under the secret's name).
+    pub secrets: Arc<Secrets>,
 }
 
 /// Most random bytes one `wasi:random` call may ask for (wasmtime's default

@@ -7,11 +7,13 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_config::WasiConfigVariables;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::http::HttpPolicy;
 use super::limits::Limiter;
 use super::observer::{LogLevel, TaskObserver};
+use super::secrets::Secrets;
 use super::stdio::{Capture, TaskLabels};
 use super::watchdog::Watchdog;
 use crate::sync::lock;
@@ -59,6 +61,10 @@ pub(crate) struct TaskState {
     pub(crate) http: WasiHttpCtx,
     /// Where this task's `wasi:http` requests may go.
     pub(crate) http_policy: HttpPolicy,
+    /// What `wasi:config/store` answers.
+    pub(crate) config: Arc<WasiConfigVariables>,
+    /// The tenant's secrets: redacted from what the guest hands the host.
+    pub(crate) secrets: Arc<Secrets>,
     pub(crate) limiter: Limiter,
     pub(crate) capture: Arc<Mutex<Capture>>,
     pub(crate) info: types::ActivityInfo,
@@ -123,11 +129,15 @@ impl context::Host for TaskState {
                     self.max_details
                 ))));
             }
-            Some(text) => Some(serde_json::from_str::<Value>(&text).map_err(|e| {
-                wasmtime::Error::new(ContractViolation(format!(
-                    "heartbeat details are not valid JSON: {e}"
-                )))
-            })?),
+            Some(text) => {
+                let mut details = serde_json::from_str::<Value>(&text).map_err(|e| {
+                    wasmtime::Error::new(ContractViolation(format!(
+                        "heartbeat details are not valid JSON: {e}"
+                    )))
+                })?;
+                self.secrets.redact_json(&mut details);
+                Some(details)
+            }
         };
         self.heartbeats += 1;
         self.observer.heartbeat(self.heartbeats, details.as_ref());
@@ -142,6 +152,7 @@ impl context::Host for TaskState {
         if !lock(&self.capture).admit(message.len()) {
             return Ok(());
         }
+        let message = self.secrets.redact(&message);
         let level = match level {
             context::Level::Trace => LogLevel::Trace,
             context::Level::Debug => LogLevel::Debug,

@@ -164,6 +164,13 @@ impl Sandbox {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(anyhow::Error::from)
             .context("linking wasi:http 0.2")?;
+        // `wasi:config/store`: the tenant's and the deployment's settings,
+        // and its secrets' placeholders.
+        wasmtime_wasi_config::add_to_linker(&mut linker, |state: &mut TaskState| {
+            wasmtime_wasi_config::WasiConfig::from(&*state.config)
+        })
+        .map_err(anyhow::Error::from)
+        .context("linking wasi:config")?;
         add_context_to_linker::<TaskState, HasSelf<TaskState>>(&mut linker, |state| state)
             .map_err(anyhow::Error::from)
             .context("linking corral:activity/context")?;

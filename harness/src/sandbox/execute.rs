@@ -21,6 +21,7 @@ use super::failure::{Failure, FailureClass, Outcome, RetryPolicy};
 use super::http::HttpPolicy;
 use super::limits::{Limiter, Limits};
 use super::observer::{Stream, TaskObserver, Unobserved};
+use super::secrets::Secrets;
 use super::stdio::{Capture, GuestOutput, TaskLabels};
 use super::tenant::PreparedTenant;
 use super::watchdog::{Interrupt, Verdict, Watchdog};
@@ -129,7 +130,13 @@ impl Sandbox {
             activity_type: activity.name.clone(),
             activity_id: task.info.activity_id.clone(),
         };
-        let capture = Capture::new(labels.clone(), task.observer.clone(), limits.max_stdio);
+        let secrets = tenant.capabilities.secrets.clone();
+        let capture = Capture::new(
+            labels.clone(),
+            task.observer.clone(),
+            secrets.clone(),
+            limits.max_stdio,
+        );
         let wasi = match tenant.wasi_ctx(
             GuestOutput::new(Stream::Stdout, &capture),
             GuestOutput::new(Stream::Stderr, &capture),
@@ -151,9 +158,13 @@ impl Sandbox {
             http: WasiHttpCtx::new(),
             http_policy: HttpPolicy::new(
                 tenant.capabilities.http_hosts.clone(),
+                secrets.clone(),
                 limits.max_http_requests,
                 limits.max_http_bytes,
+                labels.clone(),
             ),
+            config: tenant.config_vars(),
+            secrets: secrets.clone(),
             limiter: Limiter::new(limits),
             capture: capture.clone(),
             info: activity_info(&activity.name, &task.info, deadline_unix_ms),
@@ -241,7 +252,7 @@ impl Sandbox {
         };
         lock(&capture).finish();
 
-        match ended {
+        let outcome = match ended {
             Ended::Returned(Ok(())) => {
                 let outcome =
                     result_to_outcome(activity.result.as_ref(), results.first(), limits, policy);
@@ -278,6 +289,35 @@ impl Sandbox {
             },
             Ended::DeadlineReached(limit) => Err(timeout_failure(limit, policy)),
             Ended::Interrupted => Err(interrupted_failure(limits.cancel_grace, policy)),
+        };
+        let refusals = store.data().http_policy.refusals();
+        finish(outcome, &secrets, &refusals)
+    }
+}
+
+/// What leaves the sandbox: every secret value redacted, and a failure
+/// told which outbound requests corral refused (the guest saw only the
+/// standard `wasi:http` error code).
+fn finish(outcome: Outcome, secrets: &Secrets, refusals: &[String]) -> Outcome {
+    match outcome {
+        Ok(mut value) => {
+            secrets.redact_json(&mut value);
+            Ok(value)
+        }
+        Err(mut failure) => {
+            if !refusals.is_empty() {
+                failure.message = format!(
+                    "{} (corral refused outbound HTTP: {})",
+                    failure.message,
+                    refusals.join("; ")
+                );
+            }
+            failure.message = secrets.redact(&failure.message).into_owned();
+            if let Some(details) = failure.details.as_mut() {
+                secrets.redact_json(details);
+            }
+            failure.kind = secrets.redact(&failure.kind).into_owned();
+            Err(failure)
         }
     }
 }

@@ -14,6 +14,7 @@ mod failure;
 mod http;
 mod limits;
 mod observer;
+mod secrets;
 mod signature;
 mod stdio;
 mod tenant;
@@ -27,10 +28,11 @@ pub use context::TaskInfo;
 pub use engine::{PerComponent, Sandbox, SandboxConfig};
 pub use execute::Task;
 pub use failure::{Failure, FailureClass, Outcome, RetryPolicy};
-pub use http::HttpHost;
+pub use http::{GrantError, HttpGrant, HttpHost};
 pub use limits::{Limits, format_bytes, parse_bytes, parse_duration};
 pub use observer::{LogLevel, Stream, TaskObserver, Unobserved};
+pub use secrets::{PLACEHOLDER_PREFIX, SecretError, SecretSource, SecretSpec, Secrets};
 pub use signature::{
     ActivityDescription, ActivityType, ParamDescription, UnsupportedExport, render,
 };
-pub use tenant::{PolicyError, PreparedTenant, Tenant};
+pub use tenant::{PolicyError, PreparedTenant, SecretShadows, Tenant};

@@ -15,6 +15,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 use super::observer::{Stream, TaskObserver};
+use super::secrets::Secrets;
 use crate::sync::lock;
 
 /// Longest line kept whole; longer lines are split.
@@ -38,6 +39,8 @@ pub struct TaskLabels {
 pub(crate) struct Capture {
     labels: TaskLabels,
     observer: Arc<dyn TaskObserver>,
+    /// Redacted from every line.
+    secrets: Arc<Secrets>,
     budget: usize,
     dropped: u64,
     lines: [Vec<u8>; 2],
@@ -48,11 +51,13 @@ impl Capture {
     pub(crate) fn new(
         labels: TaskLabels,
         observer: Arc<dyn TaskObserver>,
+        secrets: Arc<Secrets>,
         budget: usize,
     ) -> Arc<Mutex<Capture>> {
         Arc::new(Mutex::new(Capture {
             labels,
             observer,
+            secrets,
             budget,
             dropped: 0,
             lines: [Vec::new(), Vec::new()],
@@ -108,13 +113,14 @@ impl Capture {
     }
 
     fn emit(&self, stream: Stream, line: &str) {
+        let line = self.secrets.redact(line);
         let TaskLabels {
             tenant,
             activity_type,
             activity_id,
         } = &self.labels;
         tracing::info!(target: "corral::guest", %tenant, %activity_type, %activity_id, %stream, "{line}");
-        self.observer.output(stream, line);
+        self.observer.output(stream, &line);
     }
 
     /// Emits unterminated lines and reports dropped output. Called once when
@@ -261,7 +267,7 @@ mod tests {
         let lines = Arc::new(Lines::default());
         // Room for three lines of five, four and five bytes.
         let budget = 3 * LINE_COST + 14;
-        let capture = Capture::new(TaskLabels::default(), lines.clone(), budget);
+        let capture = Capture::new(TaskLabels::default(), lines.clone(), Arc::default(), budget);
         let out = GuestOutput::new(Stream::Stdout, &capture);
         let err = GuestOutput::new(Stream::Stderr, &capture);
         out.write_all(b"hello\nwor");
@@ -284,7 +290,12 @@ mod tests {
     #[test]
     fn empty_lines_cost_their_overhead() {
         let lines = Arc::new(Lines::default());
-        let capture = Capture::new(TaskLabels::default(), lines.clone(), 10 * LINE_COST);
+        let capture = Capture::new(
+            TaskLabels::default(),
+            lines.clone(),
+            Arc::default(),
+            10 * LINE_COST,
+        );
         let out = GuestOutput::new(Stream::Stdout, &capture);
         out.write_all(&vec![b'\n'; 1 << 20]);
         lock(&capture).finish();
@@ -295,7 +306,12 @@ mod tests {
     #[test]
     fn long_lines_are_split_at_the_line_limit() {
         let lines = Arc::new(Lines::default());
-        let capture = Capture::new(TaskLabels::default(), lines.clone(), 1 << 20);
+        let capture = Capture::new(
+            TaskLabels::default(),
+            lines.clone(),
+            Arc::default(),
+            1 << 20,
+        );
         let out = GuestOutput::new(Stream::Stdout, &capture);
         out.write_all(&vec![b'x'; MAX_LINE * 2 + 1]);
         lock(&capture).finish();

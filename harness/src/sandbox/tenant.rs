@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
+use wasmtime_wasi_config::WasiConfigVariables;
 
 use super::capabilities::{Capabilities, DirMode, MAX_RANDOM_BYTES};
 use super::engine::Sandbox;
@@ -58,6 +59,20 @@ pub enum PolicyError {
     },
     #[error("tenant `{0}`: timeout must be above zero")]
     ZeroTimeout(String),
+    #[error(transparent)]
+    SecretShadows(#[from] SecretShadows),
+}
+
+/// A config key or environment variable with a secret's name: the guest
+/// reads the secret's placeholder under that name, so one would hide the
+/// other.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "secret `{name}` would hide the {what} `{name}`: the guest reads a secret's placeholder under the secret's name"
+)]
+pub struct SecretShadows {
+    pub name: String,
+    pub what: &'static str,
 }
 
 /// A granted directory, opened once when the tenant was prepared.
@@ -76,10 +91,24 @@ struct OpenDir {
 /// only run under one, and a capability that cannot be prepared is an error
 /// when the tenant is configured or deployed, never in the middle of a
 /// task.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PreparedTenant {
     tenant: Tenant,
     dirs: Arc<[OpenDir]>,
+    /// What `wasi:config/store` answers: the tenant's `config`, a
+    /// deployment's over it, and each secret's placeholder.
+    config: Arc<WasiConfigVariables>,
+    /// The environment: the tenant's `env` and each secret's placeholder.
+    env: Arc<[(String, String)]>,
+}
+
+impl std::fmt::Debug for PreparedTenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedTenant")
+            .field("tenant", &self.tenant)
+            .field("dirs", &self.dirs)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::ops::Deref for PreparedTenant {
@@ -116,18 +145,86 @@ impl Sandbox {
             return Err(PolicyError::ZeroTimeout(tenant.name.clone()));
         }
         let dirs = open_dirs(&tenant.capabilities)?;
+        let env = guest_env(&tenant.capabilities)?;
+        let config = guest_config(&tenant.capabilities, &[])?;
         Ok(PreparedTenant {
             tenant,
             dirs: dirs.into(),
+            config,
+            env,
         })
     }
+}
+
+impl PreparedTenant {
+    /// The same tenant for one deployment whose own `config` is laid over
+    /// the tenant's (its keys win, a secret's name excepted).
+    pub fn with_config(
+        &self,
+        overrides: &[(String, String)],
+    ) -> Result<PreparedTenant, SecretShadows> {
+        if overrides.is_empty() {
+            return Ok(self.clone());
+        }
+        Ok(PreparedTenant {
+            config: guest_config(&self.tenant.capabilities, overrides)?,
+            ..self.clone()
+        })
+    }
+
+    pub(crate) fn config_vars(&self) -> Arc<WasiConfigVariables> {
+        self.config.clone()
+    }
+}
+
+/// The guest's environment: the granted variables and the secrets'
+/// placeholders.
+fn guest_env(capabilities: &Capabilities) -> Result<Arc<[(String, String)]>, SecretShadows> {
+    let mut env = capabilities.env.clone();
+    for (name, placeholder) in capabilities.secrets.placeholders() {
+        if env.iter().any(|(k, _)| k == name) {
+            return Err(SecretShadows {
+                name: name.to_owned(),
+                what: "environment variable",
+            });
+        }
+        env.push((name.to_owned(), placeholder.to_owned()));
+    }
+    Ok(env.into())
+}
+
+/// The guest's `wasi:config`: the tenant's, a deployment's over it, and
+/// the secrets' placeholders.
+fn guest_config(
+    capabilities: &Capabilities,
+    overrides: &[(String, String)],
+) -> Result<Arc<WasiConfigVariables>, SecretShadows> {
+    let mut config = (*capabilities.config).clone();
+    config.extend(overrides.iter().cloned());
+    let mut vars = WasiConfigVariables::new();
+    for (name, placeholder) in capabilities.secrets.placeholders() {
+        if config.contains_key(name) {
+            return Err(SecretShadows {
+                name: name.to_owned(),
+                what: "config key",
+            });
+        }
+        vars.insert(name, placeholder);
+    }
+    for (key, value) in config {
+        vars.insert(key, value);
+    }
+    Ok(Arc::new(vars))
 }
 
 impl Capabilities {
     /// What [`Sandbox::prepare`] checks of the capabilities, without keeping
     /// anything open: for a configuration read before any sandbox exists.
     pub fn check(&self) -> Result<(), PolicyError> {
-        open_dirs(self).map(drop)
+        open_dirs(self)?;
+        guest_env(self)?;
+        guest_config(self, &[])?;
+        Ok(())
     }
 }
 
@@ -195,7 +292,7 @@ impl PreparedTenant {
         builder
             .stdout(stdout)
             .stderr(stderr)
-            .envs(&self.tenant.capabilities.env)
+            .envs(&self.env)
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use permits::{HostSlot, Permit, Permits, TenantSlots, TypeAdmission, TypeSlot, Usage};
-pub use registry::{Registry, Route, RouteError, TenantTable};
+pub use registry::{Deployment, Registry, Route, RouteError, TenantTable};
 
 use crate::metrics::Metrics;
 use crate::sandbox::{Failure, Sandbox, TaskInfo, TaskObserver};

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use crate::sandbox::{LoadedComponent, PreparedTenant};
+use crate::sandbox::{LoadedComponent, PreparedTenant, SecretShadows};
 
 /// Where a task goes.
 #[derive(Debug, Clone)]
@@ -53,6 +53,28 @@ pub enum RouteError {
     },
     #[error("tenant `{tenant}`: alias `{alias}` is already an activity type")]
     Shadows { tenant: String, alias: String },
+    #[error("tenant `{tenant}`: a deployment's config: {source}")]
+    Config {
+        tenant: String,
+        source: SecretShadows,
+    },
+}
+
+/// A component to serve, with its deployment's own `wasi:config` laid
+/// over the tenant's.
+#[derive(Debug, Clone)]
+pub struct Deployment {
+    pub component: Arc<LoadedComponent>,
+    pub config: Vec<(String, String)>,
+}
+
+impl From<Arc<LoadedComponent>> for Deployment {
+    fn from(component: Arc<LoadedComponent>) -> Self {
+        Deployment {
+            component,
+            config: Vec::new(),
+        }
+    }
 }
 
 /// Every tenant's activity types.
@@ -87,7 +109,18 @@ impl Registry {
         components: &[Arc<LoadedComponent>],
         aliases: &[(String, String)],
     ) -> Result<TenantTable, RouteError> {
-        Registry::build(Arc::new(tenant), components, aliases).map(TenantTable)
+        let deployments: Vec<Deployment> =
+            components.iter().cloned().map(Deployment::from).collect();
+        Registry::prepare_deployments(tenant, &deployments, aliases)
+    }
+
+    /// [`Registry::prepare`] for deployments with their own config.
+    pub fn prepare_deployments(
+        tenant: PreparedTenant,
+        deployments: &[Deployment],
+        aliases: &[(String, String)],
+    ) -> Result<TenantTable, RouteError> {
+        Registry::build(Arc::new(tenant), deployments, aliases).map(TenantTable)
     }
 
     /// Serves a prepared table: the next task of the tenant is routed by it.
@@ -104,12 +137,24 @@ impl Registry {
 
     fn build(
         tenant: Arc<PreparedTenant>,
-        components: &[Arc<LoadedComponent>],
+        deployments: &[Deployment],
         aliases: &[(String, String)],
     ) -> Result<TenantRoutes, RouteError> {
         let name = &tenant.name;
         let mut routes: HashMap<String, Route> = HashMap::new();
-        for component in components {
+        for Deployment { component, config } in deployments {
+            let runs_as = if config.is_empty() {
+                tenant.clone()
+            } else {
+                Arc::new(
+                    tenant
+                        .with_config(config)
+                        .map_err(|source| RouteError::Config {
+                            tenant: name.clone(),
+                            source,
+                        })?,
+                )
+            };
             for activity in &component.activities {
                 if let Some(existing) = routes.get(&activity.name) {
                     return Err(RouteError::Duplicate {
@@ -122,7 +167,7 @@ impl Registry {
                 routes.insert(
                     activity.name.clone(),
                     Route {
-                        tenant: tenant.clone(),
+                        tenant: runs_as.clone(),
                         component: component.clone(),
                         activity: activity.name.clone(),
                     },

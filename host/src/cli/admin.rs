@@ -52,6 +52,9 @@ pub struct DeployArgs {
     /// A label kept with the version: KEY=VALUE.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = pair)]
     labels: Vec<(String, String)>,
+    /// A `wasi:config` key of this deployment, over the tenant's: KEY=VALUE.
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = pair)]
+    config: Vec<(String, String)>,
     /// Store it without activating it.
     #[arg(long)]
     inactive: bool,
@@ -194,6 +197,7 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
         size: bytes.len() as u64,
         inactive: args.inactive,
         oci_reference,
+        config: args.config.into_iter().collect(),
     };
     let mut messages = vec![proto::UploadRequest {
         part: Some(upload_request::Part::Header(header)),
@@ -281,6 +285,9 @@ pub async fn describe(args: DigestArgs) -> ExitCode {
     }
     for (alias, target) in &c.aliases {
         println!("  alias:    {alias} -> {target}");
+    }
+    for (k, v) in &c.config {
+        println!("  config:   {k}={v}");
     }
     print_activity_types(&c);
     for u in &c.unsupported {
@@ -500,6 +507,7 @@ fn component_json(c: &proto::Component) -> Value {
         "imports": c.imports,
         "aliases": sorted(&c.aliases),
         "labels": sorted(&c.labels),
+        "config": sorted(&c.config),
         "unsupported": c.unsupported,
         "outbound_http": c.outbound_http,
     })

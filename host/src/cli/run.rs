@@ -9,7 +9,7 @@ use serde_json::Value;
 use corral::connectors::local::{LocalLoop, Submission};
 use corral::metrics::Metrics;
 use corral::sandbox::{
-    Capabilities, DirGrant, FailureClass, HttpHost, LogLevel, Sandbox, Stream, TaskInfo,
+    Capabilities, DirGrant, FailureClass, HttpGrant, LogLevel, Sandbox, Stream, TaskInfo,
     TaskObserver, Tenant, parse_bytes, parse_duration,
 };
 use corral::session::{Permits, Registry, Session};
@@ -39,8 +39,13 @@ pub struct Args {
     dirs: Vec<DirGrant>,
     /// Let the guest send HTTP requests to this host (`api.example.com`,
     /// `127.0.0.1:8080`, `*.example.com`); none by default.
+    /// A name that resolves to a loopback or private address is refused
+    /// unless the address itself is given.
     #[arg(long = "http-host", value_name = "HOST[:PORT]")]
-    http_hosts: Vec<HttpHost>,
+    http_hosts: Vec<HttpGrant>,
+    /// Set a `wasi:config` key the guest reads.
+    #[arg(long = "config", value_name = "K=V", value_parser = parse_env)]
+    config: Vec<(String, String)>,
     /// Set a guest environment variable (nothing is inherited).
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     env: Vec<(String, String)>,
@@ -109,6 +114,8 @@ pub async fn run(args: Args) -> ExitCode {
             dirs: args.dirs,
             env: args.env,
             http_hosts: args.http_hosts.into(),
+            config: Arc::new(args.config.into_iter().collect()),
+            secrets: Arc::default(),
         },
         ..Tenant::default()
     };

@@ -17,7 +17,7 @@ use corral::control::follow::Follower;
 use corral::control::store::Index;
 use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, api, server};
 use corral::metrics::Metrics;
-use corral::sandbox::{CompileLimits, Sandbox, SandboxConfig};
+use corral::sandbox::{CompileLimits, Sandbox, SandboxConfig, Secrets};
 use corral::session::{Connector, Permits, Registry, Session};
 
 use super::{SERVER_LOG, default_cache_dir, init_tracing, usage_error};
@@ -149,6 +149,19 @@ pub async fn run(
     if !follower.is_empty() {
         follower.check_all().await;
         tokio::spawn(follower.clone().run(shutdown.clone()));
+    }
+    let secrets: Vec<(String, Arc<Secrets>)> = config
+        .tenants
+        .iter()
+        .filter(|t| !t.tenant.capabilities.secrets.is_empty())
+        .map(|t| (t.tenant.name.clone(), t.tenant.capabilities.secrets.clone()))
+        .collect();
+    if !secrets.is_empty() {
+        tokio::spawn(refresh_secrets(
+            secrets,
+            config.host.secret_refresh,
+            shutdown.clone(),
+        ));
     }
     let permits = config.tenants.iter().fold(
         Permits::new(
@@ -290,6 +303,41 @@ pub async fn run(
         format_args!("stopped; every accepted task was reported"),
     );
     Ok(())
+}
+
+/// Re-reads every tenant's secrets every `interval`, and at once on
+/// SIGHUP. A secret that cannot be read keeps its last value and is named
+/// (never its value) in a warning.
+async fn refresh_secrets(
+    tenants: Vec<(String, Arc<Secrets>)>,
+    interval: std::time::Duration,
+    shutdown: CancellationToken,
+) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = signal(SignalKind::hangup()).ok();
+    if hangup.is_none() {
+        tracing::warn!("cannot listen for SIGHUP; secrets are re-read every {interval:?} only");
+    }
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    loop {
+        let why = tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => "interval",
+            Some(()) = async {
+                match hangup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => "SIGHUP",
+        };
+        for (tenant, secrets) in &tenants {
+            let (changed, errors) = secrets.reload();
+            for error in &errors {
+                tracing::warn!(%tenant, "secret not re-read, the last value stays: {error}");
+            }
+            tracing::info!(%tenant, changed, failed = errors.len(), "secrets re-read ({why})");
+        }
+    }
 }
 
 /// SIGINT or SIGTERM starts a graceful shutdown.

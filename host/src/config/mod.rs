@@ -17,6 +17,7 @@
 //! admin_tls = { cert = "admin.pem", key = "admin.key" }
 //! admin_plaintext = false           # true: allow a non-loopback admin_listen without TLS
 //! log_format = "text"               # or "json"
+//! secret_refresh = "60s"            # re-read secrets (and at once on SIGHUP)
 //!
 //! [[tenant]]
 //! name = "acme"
@@ -25,6 +26,8 @@
 //! # or, for an Aion server: aion = { address = "127.0.0.1:50051", namespace = "default", task_queue = "acme" }
 //! limits = { memory = "64MiB", timeout = "30s", max_concurrent = 16, per_type = { Greet = 4 } }
 //! capabilities = { dirs = [{ host = "./data", guest = "/data", mode = "ro" }], env = { REGION = "eu" }, http_hosts = ["api.example.com"] }
+//! config = { region = "eu" }                  # wasi:config, under each deployment's own
+//! secrets = { STRIPE_KEY = { env = "ACME_STRIPE_KEY", hosts = ["api.stripe.com"] } }
 //! components = ["examples/dist/greeter.wasm"]
 //! aliases = { Greet = "demo:greeter/api.greet" }
 //! ```
@@ -42,6 +45,7 @@ use crate::control::TlsFiles;
 use crate::control::store::Quota;
 use crate::sandbox::PolicyError;
 
+mod capabilities;
 mod engine;
 mod source;
 mod values;
@@ -52,10 +56,11 @@ use values::{address, bytes, duration, positive, size, token_hash};
 
 use crate::oci::{Credential, RepositoryPrefix};
 
+use capabilities::{RawCapabilities, RawSecret};
 use engine::RawAion;
 pub use engine::{AionBinding, Compression, Engine, TemporalBinding};
 
-use crate::sandbox::{Capabilities, DirGrant, DirMode, FailureClass, Limits, RetryPolicy, Tenant};
+use crate::sandbox::{FailureClass, Limits, RetryPolicy, Tenant};
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -90,6 +95,8 @@ pub struct HostConfig {
     pub insecure_registries: Vec<String>,
     /// How often followed tags are resolved (plus up to a fifth, at random).
     pub follow_interval: Duration,
+    /// How often secrets are re-read from their sources (SIGHUP: at once).
+    pub secret_refresh: Duration,
     /// Credentials by registry host, for every tenant.
     pub registry_credentials: BTreeMap<String, Credential>,
     pub log_json: bool,
@@ -114,6 +121,7 @@ impl Default for HostConfig {
             compile_memory: 2 << 30,
             insecure_registries: Vec::new(),
             follow_interval: Duration::from_secs(30),
+            secret_refresh: Duration::from_secs(60),
             registry_credentials: BTreeMap::new(),
             log_json: false,
         }
@@ -208,6 +216,7 @@ struct RawHost {
     #[serde(default)]
     insecure_registries: Vec<String>,
     follow_interval: Option<String>,
+    secret_refresh: Option<String>,
     #[serde(default)]
     registry_credentials: BTreeMap<String, RawCredential>,
     log_format: Option<String>,
@@ -234,6 +243,11 @@ struct RawTenant {
     limits: RawLimits,
     #[serde(default)]
     capabilities: RawCapabilities,
+    /// What the guest reads through `wasi:config`.
+    #[serde(default)]
+    config: BTreeMap<String, String>,
+    #[serde(default)]
+    secrets: BTreeMap<String, RawSecret>,
     #[serde(default)]
     components: Vec<String>,
     #[serde(default)]
@@ -266,26 +280,6 @@ struct RawLimits {
     max_stored: Option<String>,
     #[serde(default)]
     per_type: BTreeMap<String, i64>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawCapabilities {
-    #[serde(default)]
-    dirs: Vec<RawDir>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    #[serde(default)]
-    http_hosts: Vec<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawDir {
-    host: PathBuf,
-    guest: String,
-    #[serde(default)]
-    mode: Option<String>,
 }
 
 impl Config {
@@ -347,6 +341,11 @@ impl Config {
                 "host.compile_memory",
             )?,
             insecure_registries: raw.host.insecure_registries,
+            secret_refresh: duration(
+                raw.host.secret_refresh.as_deref(),
+                "60s",
+                "host.secret_refresh",
+            )?,
             follow_interval: duration(
                 raw.host.follow_interval.as_deref(),
                 "30s",
@@ -488,24 +487,6 @@ impl Config {
                 }
                 type_limits.insert(name.clone(), limit);
             }
-            let mut dirs = Vec::new();
-            for (j, d) in t.capabilities.dirs.iter().enumerate() {
-                let mode = match d.mode.as_deref() {
-                    None | Some("ro") => DirMode::ReadOnly,
-                    Some("rw") => DirMode::ReadWrite,
-                    Some(other) => {
-                        return Err(invalid(
-                            key(&format!("capabilities.dirs[{j}].mode")),
-                            format!("`{other}` is not ro or rw"),
-                        ));
-                    }
-                };
-                dirs.push(DirGrant {
-                    host: base.join(&d.host),
-                    guest: d.guest.clone(),
-                    mode,
-                });
-            }
             let mut retry = RetryPolicy::default();
             for (class, retryable) in &t.retry {
                 let Some(c) = FailureClass::ALL.iter().find(|c| c.as_str() == class) else {
@@ -528,21 +509,13 @@ impl Config {
             let tenant = Tenant {
                 name: t.name.clone(),
                 limits,
-                capabilities: Capabilities {
-                    dirs,
-                    env: t.capabilities.env.clone().into_iter().collect(),
-                    http_hosts: t
-                        .capabilities
-                        .http_hosts
-                        .iter()
-                        .enumerate()
-                        .map(|(j, h)| {
-                            h.parse().map_err(|e| {
-                                invalid(key(&format!("capabilities.http_hosts[{j}]")), e)
-                            })
-                        })
-                        .collect::<Result<_, _>>()?,
-                },
+                capabilities: capabilities::parse(
+                    &t.capabilities,
+                    &t.config,
+                    &t.secrets,
+                    base,
+                    &key,
+                )?,
                 retry,
             };
             tenant

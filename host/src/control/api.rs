@@ -185,6 +185,7 @@ pub fn to_proto(view: &VersionView) -> proto::Component {
         labels: v.labels.clone().into_iter().collect(),
         unsupported,
         outbound_http,
+        config: v.config.clone().into_iter().collect(),
     }
 }
 
@@ -244,6 +245,7 @@ impl Admin for AdminService {
                 name: header.name,
                 aliases: header.aliases.into_iter().collect(),
                 labels,
+                config: header.config.into_iter().collect(),
                 inactive: header.inactive,
             };
             let (view, already_stored) = self

@@ -170,6 +170,7 @@ impl Follower {
                 (OCI_REFERENCE_LABEL.to_owned(), reference.to_string()),
                 (OCI_MANIFEST_LABEL.to_owned(), pulled.manifest_digest),
             ]),
+            config: BTreeMap::new(),
             inactive: false,
         };
         let (view, _) = self

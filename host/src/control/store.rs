@@ -34,6 +34,9 @@ pub struct Version {
     /// Seeded from a file named in the configuration, not uploaded.
     #[serde(default)]
     pub from_config: bool,
+    /// The deployment's own `wasi:config` keys, over the tenant's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
 }
 
 /// One tenant's versions and, per deployment, the active digest.
@@ -411,6 +414,7 @@ mod tests {
             aliases: BTreeMap::new(),
             labels: BTreeMap::new(),
             from_config: false,
+            config: BTreeMap::new(),
         }
     }
 

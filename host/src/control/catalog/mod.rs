@@ -23,7 +23,7 @@ use super::store::{Index, Quota, Store, TenantIndex, Version};
 use crate::metrics::Metrics;
 use crate::oci::{Credential, RepositoryPrefix};
 use crate::sandbox::{CompileError, LoadError, LoadedComponent, PreparedTenant, Sandbox};
-use crate::session::Registry;
+use crate::session::{Deployment, Registry};
 
 /// A tenant as configured: its policy and its configuration-wide aliases.
 #[derive(Debug, Clone)]
@@ -56,6 +56,8 @@ pub struct NewVersion {
     pub name: String,
     pub aliases: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
+    /// The deployment's own `wasi:config` keys.
+    pub config: BTreeMap<String, String>,
     /// Store without activating.
     pub inactive: bool,
 }
@@ -232,7 +234,21 @@ impl Catalog {
                     v.name, new.name
                 )));
             }
-            Some(v) => v,
+            Some(mut v) => {
+                if v.config != new.config {
+                    // The same bytes, deployed with other settings: the
+                    // settings are the version's, so they change with it.
+                    v.config = new.config.clone();
+                    if let Some(stored) = tenant_index
+                        .versions
+                        .iter_mut()
+                        .find(|s| s.digest == digest)
+                    {
+                        stored.config = new.config.clone();
+                    }
+                }
+                v
+            }
             None => {
                 let version = Version {
                     name: new.name.clone(),
@@ -242,6 +258,7 @@ impl Catalog {
                     aliases: new.aliases.clone(),
                     labels: new.labels.clone(),
                     from_config: false,
+                    config: new.config.clone(),
                 };
                 tenant_index.versions.push(version.clone());
                 version
@@ -412,12 +429,15 @@ impl Catalog {
         tenant_index: TenantIndex,
     ) -> Result<(), ControlError> {
         let name = &spec.tenant.name;
-        let mut components = Vec::new();
+        let mut deployments = Vec::new();
         for version in tenant_index.active_versions() {
-            components.push(self.loaded(state, &version.digest).await?);
+            deployments.push(Deployment {
+                component: self.loaded(state, &version.digest).await?,
+                config: version.config.clone().into_iter().collect(),
+            });
         }
         let aliases = aliases(spec, &tenant_index);
-        let table = Registry::prepare(spec.tenant.clone(), &components, &aliases)
+        let table = Registry::prepare_deployments(spec.tenant.clone(), &deployments, &aliases)
             .map_err(|e| ControlError::FailedPrecondition(e.to_string()))?;
         let mut index = state.index.clone();
         if tenant_index == TenantIndex::default() {

@@ -66,6 +66,7 @@ impl Catalog {
                     aliases: BTreeMap::new(),
                     labels,
                     from_config: true,
+                    config: BTreeMap::new(),
                 });
             }
             tenant_index.active.insert(name, digest.clone());

@@ -1,0 +1,235 @@
+//! Sending one granted request: the name is resolved by corral, every
+//! address checked against the grants before a connection is tried, and
+//! the connection made to the checked address itself, so a name that
+//! resolves differently a moment later (DNS rebinding) changes nothing.
+
+use std::future::{Future, poll_fn};
+use std::net::{IpAddr, SocketAddr};
+use std::pin::{Pin, pin};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::http::{Request, Response, Uri};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
+
+/// Used where the guest sets no timeout of its own.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+pub(crate) type Worker = Box<dyn Future<Output = Result<(), Error>> + Send>;
+
+trait Stream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static> Stream for T {}
+
+/// The host part of `uri` as a resolver takes it (no IPv6 brackets).
+pub(crate) fn bare_host(uri: &Uri) -> Option<&str> {
+    let host = uri.host()?;
+    Some(
+        host.strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host),
+    )
+}
+
+/// Resolves `host` (an address resolves to itself), within the guest's
+/// connect timeout.
+pub(crate) async fn resolve(
+    host: &str,
+    port: u16,
+    options: Option<RequestOptions>,
+) -> Result<Vec<SocketAddr>, Error> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let timeout = options
+        .and_then(|o| o.connect_timeout)
+        .unwrap_or(DEFAULT_TIMEOUT);
+    match tokio::time::timeout(timeout, tokio::net::lookup_host((host, port))).await {
+        Err(_) => Err(Error::DnsTimeout),
+        Ok(Err(_)) => Err(Error::DestinationNotFound),
+        Ok(Ok(addresses)) => {
+            let addresses: Vec<SocketAddr> = addresses.collect();
+            if addresses.is_empty() {
+                Err(Error::DestinationNotFound)
+            } else {
+                Ok(addresses)
+            }
+        }
+    }
+}
+
+/// The TLS configuration every request shares: the web's public roots,
+/// ring, whatever provider the process installed.
+fn tls_config() -> Arc<rustls::ClientConfig> {
+    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let roots = rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.into(),
+            };
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+                // ring supports the default versions; this cannot fail.
+                .unwrap_or_else(|_| {
+                    rustls::ClientConfig::builder()
+                        .with_root_certificates(rustls::RootCertStore::empty())
+                        .with_no_client_auth()
+                });
+            Arc::new(config)
+        })
+        .clone()
+}
+
+/// Connects to the first of `addresses` that answers and sends `request`
+/// over HTTP/1.1 (TLS for `https`, checked against the URI's host).
+pub(crate) async fn send(
+    mut request: Request<WasiBody>,
+    options: Option<RequestOptions>,
+    addresses: Vec<SocketAddr>,
+) -> Result<(Response<WasiBody>, Worker), Error> {
+    let timeout = |pick: fn(&RequestOptions) -> Option<Duration>| {
+        options.as_ref().and_then(pick).unwrap_or(DEFAULT_TIMEOUT)
+    };
+    let connect_timeout = timeout(|o| o.connect_timeout);
+    let first_byte_timeout = timeout(|o| o.first_byte_timeout);
+    let between_bytes_timeout = timeout(|o| o.between_bytes_timeout).max(Duration::from_nanos(1));
+    let tls = request.uri().scheme_str() == Some("https");
+    let server_name = bare_host(request.uri())
+        .map(str::to_owned)
+        .ok_or(Error::HttpRequestUriInvalid)?;
+
+    let mut last = Error::DestinationNotFound;
+    let mut tcp = None;
+    for address in addresses {
+        match tokio::time::timeout(connect_timeout, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => {
+                tcp = Some(stream);
+                break;
+            }
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                last = Error::ConnectionRefused;
+            }
+            Ok(Err(e)) => last = Error::Connect(e),
+            Err(_) => last = Error::ConnectionTimeout,
+        }
+    }
+    let tcp = tcp.ok_or(last)?;
+    let stream: Box<dyn Stream> = if tls {
+        let name = rustls::pki_types::ServerName::try_from(server_name)?;
+        let connector = tokio_rustls::TlsConnector::from(tls_config());
+        let connecting = connector.connect(name, tcp);
+        match tokio::time::timeout(connect_timeout, connecting).await {
+            Ok(Ok(stream)) => Box::new(stream),
+            Ok(Err(e)) => return Err(Error::Tls(e)),
+            Err(_) => return Err(Error::ConnectionTimeout),
+        }
+    } else {
+        Box::new(tcp)
+    };
+    let (mut sender, conn) = tokio::time::timeout(
+        connect_timeout,
+        hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(stream)),
+    )
+    .await
+    .map_err(|_| Error::ConnectionTimeout)??;
+
+    // Origin form on the wire: the scheme and authority went into choosing
+    // the connection (and the Host header the guest sent).
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    *request.uri_mut() = Uri::builder()
+        .path_and_query(path)
+        .build()
+        .map_err(|_| Error::HttpRequestUriInvalid)?;
+
+    let sending = async move {
+        let response = tokio::time::timeout(first_byte_timeout, sender.send_request(request))
+            .await
+            .map_err(|_| Error::ConnectionReadTimeout)??;
+        let mut idle = tokio::time::interval(between_bytes_timeout);
+        idle.reset();
+        Ok::<_, Error>(response.map(|incoming| Timed { incoming, idle }.boxed_unsync()))
+    };
+    let mut sending = pin!(sending);
+    let mut conn = Some(conn);
+    // The connection's I/O is driven here until the response's head is in.
+    let response = poll_fn(|cx| {
+        if let Poll::Ready(done) = sending.as_mut().poll(cx) {
+            return Poll::Ready(done);
+        }
+        let Some(driving) = conn.as_mut() else {
+            return Poll::Pending;
+        };
+        let ended = ready!(Pin::new(driving).poll(cx));
+        conn = None;
+        match ended {
+            Ok(()) => sending.as_mut().poll(cx),
+            Err(e) => Poll::Ready(Err(Error::from(e))),
+        }
+    })
+    .await?;
+    let worker: Worker = Box::new(async move {
+        match conn {
+            None => Ok(()),
+            Some(conn) => conn.await.map_err(|e| {
+                if e.is_timeout() {
+                    Error::HttpResponseTimeout
+                } else {
+                    Error::from(e)
+                }
+            }),
+        }
+    });
+    Ok((response, worker))
+}
+
+/// A response body that fails when the server goes quiet for longer than
+/// the guest's between-bytes timeout.
+struct Timed {
+    incoming: Incoming,
+    idle: tokio::time::Interval,
+}
+
+impl Body for Timed {
+    type Data = bytes::Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Error>>> {
+        match Pin::new(&mut self.incoming).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                self.idle.reset();
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) if e.is_timeout() => {
+                Poll::Ready(Some(Err(Error::HttpResponseTimeout)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Error::from(e)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                ready!(self.idle.poll_tick(cx));
+                Poll::Ready(Some(Err(Error::ConnectionReadTimeout)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.incoming.size_hint()
+    }
+}

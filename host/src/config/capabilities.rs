@@ -1,0 +1,162 @@
+//! A tenant's capabilities, `config` and `secrets` in the configuration:
+//!
+//! ```toml
+//! capabilities = { env = { REGION = "eu" }, http_hosts = [
+//!   "api.example.com",
+//!   { host = "api.stripe.com", methods = ["POST"], paths = ["/v1/charges"] },
+//!   { host = "db.internal:8080", addresses = ["10.0.0.0/8"] },
+//! ] }
+//! config = { region = "eu", currency = "EUR" }
+//! secrets = { STRIPE_KEY = { env = "ACME_STRIPE_KEY", hosts = ["api.stripe.com"] } }
+//! ```
+//!
+//! A secret's value comes from corral's environment (`env`) or a file
+//! (`file`), never from this text.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::{ConfigError, invalid};
+use crate::sandbox::{
+    Capabilities, DirGrant, DirMode, HttpGrant, HttpHost, SecretSource, SecretSpec, Secrets,
+};
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCapabilities {
+    #[serde(default)]
+    dirs: Vec<RawDir>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    http_hosts: Vec<RawGrant>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDir {
+    host: PathBuf,
+    guest: String,
+    #[serde(default)]
+    mode: Option<String>,
+}
+
+/// `"api.example.com"` or `{ host = "…", methods, paths, addresses }`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawGrant {
+    Host(String),
+    Rule(RawRule),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    host: String,
+    #[serde(default)]
+    methods: Vec<String>,
+    #[serde(default)]
+    paths: Vec<String>,
+    #[serde(default)]
+    addresses: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSecret {
+    env: Option<String>,
+    file: Option<PathBuf>,
+    #[serde(default)]
+    hosts: Vec<String>,
+    #[serde(default)]
+    in_query: bool,
+}
+
+/// Validates a tenant's capabilities and loads its secrets; `key` names a
+/// field of the tenant in errors.
+pub(super) fn parse(
+    raw: &RawCapabilities,
+    config: &BTreeMap<String, String>,
+    secrets: &BTreeMap<String, RawSecret>,
+    base: &Path,
+    key: &dyn Fn(&str) -> String,
+) -> Result<Capabilities, ConfigError> {
+    let mut dirs = Vec::new();
+    for (j, d) in raw.dirs.iter().enumerate() {
+        let mode = match d.mode.as_deref() {
+            None | Some("ro") => DirMode::ReadOnly,
+            Some("rw") => DirMode::ReadWrite,
+            Some(other) => {
+                return Err(invalid(
+                    key(&format!("capabilities.dirs[{j}].mode")),
+                    format!("`{other}` is not ro or rw"),
+                ));
+            }
+        };
+        dirs.push(DirGrant {
+            host: base.join(&d.host),
+            guest: d.guest.clone(),
+            mode,
+        });
+    }
+    let http_hosts = raw
+        .http_hosts
+        .iter()
+        .enumerate()
+        .map(|(j, g)| {
+            grant(g).map_err(|e| invalid(key(&format!("capabilities.http_hosts[{j}]")), e))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut specs = Vec::with_capacity(secrets.len());
+    for (name, s) in secrets {
+        let at = |field: &str| key(&format!("secrets.{name}{field}"));
+        let source = match (&s.env, &s.file) {
+            (Some(var), None) => SecretSource::Env(var.clone()),
+            (None, Some(file)) => SecretSource::File(base.join(file)),
+            _ => {
+                return Err(invalid(
+                    at(""),
+                    "give exactly one of env (a variable of corral's environment) or file",
+                ));
+            }
+        };
+        let hosts = s
+            .hosts
+            .iter()
+            .enumerate()
+            .map(|(j, h)| {
+                h.parse::<HttpHost>()
+                    .map_err(|e| invalid(at(&format!(".hosts[{j}]")), e))
+            })
+            .collect::<Result<_, _>>()?;
+        specs.push(SecretSpec {
+            name: name.clone(),
+            source,
+            hosts,
+            in_query: s.in_query,
+        });
+    }
+    let secrets = Secrets::load(specs).map_err(|e| invalid(key("secrets"), e))?;
+    Ok(Capabilities {
+        dirs,
+        env: raw.env.clone().into_iter().collect(),
+        http_hosts,
+        config: Arc::new(config.clone()),
+        secrets: Arc::new(secrets),
+    })
+}
+
+fn grant(raw: &RawGrant) -> Result<HttpGrant, crate::sandbox::GrantError> {
+    match raw {
+        RawGrant::Host(host) => host.parse(),
+        RawGrant::Rule(rule) => rule
+            .host
+            .parse::<HttpGrant>()?
+            .with_methods(&rule.methods)?
+            .with_paths(&rule.paths)?
+            .with_addresses(&rule.addresses),
+    }
+}
