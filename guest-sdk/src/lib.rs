@@ -78,9 +78,10 @@
 pub mod bindings {
     wit_bindgen::generate!({
         path: "wit",
-        world: "corral:activity/imports",
+        world: "corral:activity/sdk",
         additional_derives: [Clone, PartialEq],
         generate_unused_types: true,
+        with: { "wasi:config/store@0.2.0-rc.1": generate },
     });
 }
 
@@ -133,6 +134,27 @@ pub fn last_heartbeat<T: DeserializeOwned>() -> Option<T> {
 /// grace period the host interrupts the activity anyway.
 pub fn is_cancelled() -> bool {
     context::is_cancelled()
+}
+
+/// Settings the operator gave this tenant and deployment
+/// (`wasi:config/store`): the tenant's `config`, a deployment's own keys
+/// over it (`corral deploy --config KEY=VALUE`), and, under each secret's
+/// name, the secret's placeholder — never its value, which corral puts in
+/// place of the placeholder only in requests to the secret's own hosts.
+pub mod config {
+    use super::bindings::wasi::config::store;
+
+    pub use store::Error;
+
+    /// The value of `key`, if it is set.
+    pub fn get(key: &str) -> Result<Option<String>, Error> {
+        store::get(key)
+    }
+
+    /// Every key and value.
+    pub fn get_all() -> Result<Vec<(String, String)>, Error> {
+        store::get_all()
+    }
 }
 
 /// Log lines, tagged by the host with tenant, activity type and id.

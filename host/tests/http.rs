@@ -5,47 +5,20 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 
 use serde_json::json;
 
 use common::activities::{execute, execute_completed, text};
 use common::admin::{Host, path};
+use common::http::loopback_server;
 use common::{example, host};
 use corral::sandbox::FailureClass;
 
-/// A loopback HTTP server on a port of its own: for each connection, reads
-/// the request's head and hands its request line and the stream to
-/// `respond` (on a thread of its own). Returns the port.
-fn loopback_server(respond: impl Fn(&str, &TcpStream) + Clone + Send + 'static) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let respond = respond.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(&stream);
-                let mut request_line = String::new();
-                if reader.read_line(&mut request_line).is_err() {
-                    return;
-                }
-                // The rest of the head, up to the blank line.
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                respond(&request_line, &stream);
-            });
-        }
-    });
-    port
-}
-
 /// A loopback HTTP server answering every request with its own path.
 fn echo_server() -> u16 {
-    loopback_server(|request_line, mut stream| {
-        let path = request_line.split(' ').nth(1).unwrap_or("?");
+    loopback_server(|head, _, mut stream| {
+        let path = head.target();
         let body = format!("you asked for {path}");
         let _ = write!(
             stream,
@@ -114,7 +87,7 @@ async fn a_task_sends_at_most_its_limit_of_requests() {
 /// chunks until the client goes away, then sends how many bytes it wrote.
 fn endless_server() -> (u16, std::sync::mpsc::Receiver<u64>) {
     let (written, total) = std::sync::mpsc::channel();
-    let port = loopback_server(move |_, mut stream| {
+    let port = loopback_server(move |_, _, mut stream| {
         let chunk = vec![b'x'; 64 << 10];
         let mut sent = 0u64;
         if stream

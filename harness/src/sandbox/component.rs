@@ -147,11 +147,15 @@ const BASE_WASI: &[&str] = &[
 
 const CORRAL: &[&str] = &["corral:activity/context", "corral:activity/types"];
 
+/// `wasi:config/store`, at the one version wasmtime implements.
+const CONFIG: &str = "wasi:config/store@0.2.0-rc.1";
+
 /// Whether the host links an import of this name.
 fn is_linked(import: &str) -> bool {
     let (name, version) = import.split_once('@').unwrap_or((import, ""));
     (BASE_WASI.contains(&name) && version.starts_with("0.2."))
         || (CORRAL.contains(&name) && version.starts_with("0.1."))
+        || import == CONFIG
 }
 
 impl Sandbox {

@@ -55,8 +55,8 @@ pub use call::{Call, LogLine, TestRun};
 use crate::local::LocalLoop;
 use crate::metrics::Metrics;
 use crate::sandbox::{
-    ActivityType, DirGrant, DirMode, FailureClass, LoadError, LoadedComponent, PreparedTenant,
-    Sandbox, SandboxConfig, Tenant,
+    ActivityType, DirGrant, DirMode, FailureClass, HttpGrant, LoadError, LoadedComponent,
+    PreparedTenant, Sandbox, SandboxConfig, Secrets, Tenant,
 };
 use crate::session::{Permits, Registry, Session};
 
@@ -121,11 +121,30 @@ impl TestHostBuilder {
     ///
     /// # Panics
     /// When `host` is not a valid grant.
-    pub fn http_host(mut self, host: &str) -> Self {
+    pub fn http_host(self, host: &str) -> Self {
         let grant = host.parse().unwrap_or_else(|e| panic!("http_host: {e}"));
+        self.http_grant(grant)
+    }
+
+    /// Lets the guest send the HTTP requests `grant` allows (methods, paths
+    /// and non-public addresses as well as a destination).
+    pub fn http_grant(mut self, grant: HttpGrant) -> Self {
         let mut hosts = self.tenant.capabilities.http_hosts.to_vec();
         hosts.push(grant);
         self.tenant.capabilities.http_hosts = hosts.into();
+        self
+    }
+
+    /// Sets a `wasi:config` key the guest reads.
+    pub fn config(mut self, key: &str, value: &str) -> Self {
+        Arc::make_mut(&mut self.tenant.capabilities.config)
+            .insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// The tenant's secrets, loaded (see [`Secrets::load`]).
+    pub fn secrets(mut self, secrets: Arc<Secrets>) -> Self {
+        self.tenant.capabilities.secrets = secrets;
         self
     }
 

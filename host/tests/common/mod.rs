@@ -5,6 +5,7 @@
 pub mod activities;
 pub mod admin;
 pub mod aion;
+pub mod http;
 pub mod processes;
 pub mod registry;
 

@@ -53,9 +53,11 @@ pub enum NewError {
 
 /// corral's WIT package, as `wit/deps/corral/activity.wit` of every project.
 const ACTIVITY_WIT: &str = include_str!("../../../../wit/activity.wit");
+/// `wasi:config/store`, for a world that reads configuration.
+const CONFIG_WIT: &str = include_str!("../../../../wit/deps/config/store.wit");
 
 /// The guest SDK, written into Rust projects (see `guest-sdk/Cargo.toml`).
-const GUEST_SDK: [(&str, &str); 4] = [
+const GUEST_SDK: [(&str, &str); 6] = [
     (
         "corral-guest/Cargo.toml",
         include_str!("../../../../guest-sdk/Cargo.toml"),
@@ -69,6 +71,11 @@ const GUEST_SDK: [(&str, &str); 4] = [
         include_str!("../../../../guest-sdk/src/lib.rs"),
     ),
     ("corral-guest/wit/activity.wit", ACTIVITY_WIT),
+    (
+        "corral-guest/wit/sdk.wit",
+        include_str!("../../../../wit/sdk.wit"),
+    ),
+    ("corral-guest/wit/deps/config/store.wit", CONFIG_WIT),
 ];
 
 /// Files of every project; `{{name}}` is replaced.
@@ -147,6 +154,7 @@ fn project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
         );
     } else {
         files.push(("wit/deps/corral/activity.wit".into(), ACTIVITY_WIT.into()));
+        files.push(("wit/deps/config/store.wit".into(), CONFIG_WIT.into()));
     }
     files
 }
