@@ -7,11 +7,18 @@ import json
 
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import context
+from wit_world.imports import context, store
 from wit_world.imports.types import Failure
 
 
 class WitWorld(wit_world.WitWorld):
+    def greet(self, name: str) -> str:
+        try:
+            greeting = store.get("greeting") or "Hello"
+        except Err as e:
+            raise Err(Failure(f"reading greeting: {e.value}", "Config", True, None))
+        return f"{greeting}, {name}!"
+
     def shout(self, text: str, times: int) -> str:
         attempt = context.info().attempt
         result = " ".join([text.upper()] * times)

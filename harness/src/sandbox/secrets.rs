@@ -473,6 +473,22 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_comes_from_corral_s_own_environment() {
+        // Cargo sets this for every test process; corral reads, not sets.
+        let value = std::env::var("CARGO_PKG_NAME").unwrap();
+        let s = Secrets::load(vec![SecretSpec {
+            name: "PKG".into(),
+            source: SecretSource::Env("CARGO_PKG_NAME".into()),
+            hosts: vec!["a.example".parse().unwrap()],
+            in_query: false,
+        }])
+        .unwrap();
+        let mut r = request("http://a.example/", "corral-secret:PKG");
+        s.substitute(&mut r, "a.example", 80).unwrap();
+        assert_eq!(r.headers()["authorization"], value.as_str());
+    }
+
+    #[test]
     fn bad_secrets_are_named_without_their_value() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v");

@@ -31,8 +31,10 @@ pub(super) struct RawCapabilities {
     dirs: Vec<RawDir>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// Each a string or a table; read by [`grant`], which names what is
+    /// wrong with either.
     #[serde(default)]
-    http_hosts: Vec<RawGrant>,
+    http_hosts: Vec<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -42,14 +44,6 @@ struct RawDir {
     guest: String,
     #[serde(default)]
     mode: Option<String>,
-}
-
-/// `"api.example.com"` or `{ host = "…", methods, paths, addresses }`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawGrant {
-    Host(String),
-    Rule(RawRule),
 }
 
 #[derive(Deserialize)]
@@ -73,6 +67,9 @@ pub(super) struct RawSecret {
     hosts: Vec<String>,
     #[serde(default)]
     in_query: bool,
+    /// Accepted only to be refused without being quoted: a value written
+    /// here would sit in clear in the file, and a parse error would print it.
+    value: Option<toml::Value>,
 }
 
 /// Validates a tenant's capabilities and loads its secrets; `key` names a
@@ -113,6 +110,12 @@ pub(super) fn parse(
     let mut specs = Vec::with_capacity(secrets.len());
     for (name, s) in secrets {
         let at = |field: &str| key(&format!("secrets.{name}{field}"));
+        if s.value.is_some() {
+            return Err(invalid(
+                at(".value"),
+                "a secret's value is never read from the configuration: name its source with env or file",
+            ));
+        }
         let source = match (&s.env, &s.file) {
             (Some(var), None) => SecretSource::Env(var.clone()),
             (None, Some(file)) => SecretSource::File(base.join(file)),
@@ -149,14 +152,25 @@ pub(super) fn parse(
     })
 }
 
-fn grant(raw: &RawGrant) -> Result<HttpGrant, crate::sandbox::GrantError> {
-    match raw {
-        RawGrant::Host(host) => host.parse(),
-        RawGrant::Rule(rule) => rule
-            .host
-            .parse::<HttpGrant>()?
-            .with_methods(&rule.methods)?
-            .with_paths(&rule.paths)?
-            .with_addresses(&rule.addresses),
-    }
+/// `"api.example.com"` or `{ host = "…", methods, paths, addresses }`.
+fn grant(raw: &toml::Value) -> Result<HttpGrant, String> {
+    let rule = match raw {
+        toml::Value::String(host) => return host.parse().map_err(|e| format!("{e}")),
+        toml::Value::Table(_) => {
+            RawRule::deserialize(raw.clone()).map_err(|e| e.to_string().trim_end().to_owned())?
+        }
+        _ => {
+            return Err(
+                "a grant is a host (\"api.example.com\") or a table ({ host = \"…\", methods = […], paths = […], addresses = […] })"
+                    .into(),
+            );
+        }
+    };
+    let grant = rule
+        .host
+        .parse::<HttpGrant>()
+        .and_then(|g| g.with_methods(&rule.methods))
+        .and_then(|g| g.with_paths(&rule.paths))
+        .and_then(|g| g.with_addresses(&rule.addresses));
+    grant.map_err(|e| e.to_string())
 }

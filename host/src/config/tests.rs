@@ -297,3 +297,64 @@ fn max_handles_is_read_and_must_be_positive() {
         "{e}"
     );
 }
+
+#[test]
+fn secrets_config_and_egress_rules_are_checked_and_named_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pay.key"), "sk_test_0123456789\n").unwrap();
+    let with = |extra: &str| GOOD.replace("retry = { Trap = true }", extra);
+    let good = with(
+        r#"config = { region = "eu" }
+secrets = { PAY_KEY = { file = "pay.key", hosts = ["api.stripe.com"] } }
+capabilities = { http_hosts = ["a.example", { host = "api.stripe.com", methods = ["POST"], paths = ["/v1/charges"] }] }"#,
+    );
+    let config = Config::parse(&good, dir.path()).unwrap();
+    let caps = &config.tenants[0].tenant.capabilities;
+    assert_eq!(caps.config.get("region").map(String::as_str), Some("eu"));
+    assert_eq!(
+        caps.http_hosts
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["a.example", "api.stripe.com methods POST paths /v1/charges"]
+    );
+    assert_eq!(
+        caps.secrets.placeholders().collect::<Vec<_>>(),
+        [("PAY_KEY", "corral-secret:PAY_KEY")]
+    );
+
+    let problem = |extra: &str| match Config::parse(&with(extra), dir.path()) {
+        Ok(_) => panic!("accepted: {extra}"),
+        Err(e) => e.to_string(),
+    };
+    // A value in the text is refused without being quoted.
+    let e = problem(r#"secrets = { K = { value = "sk_live_in_the_file", hosts = ["a"] } }"#);
+    assert!(
+        e.contains("secrets.K.value: a secret's value is never read from the configuration"),
+        "{e}"
+    );
+    assert!(!e.contains("sk_live_in_the_file"), "{e}");
+    let e = problem(r#"secrets = { K = { file = "pay.key", env = "X", hosts = ["a"] } }"#);
+    assert!(e.contains("secrets.K: give exactly one of env"), "{e}");
+    let e = problem(r#"secrets = { K = { file = "missing.key", hosts = ["a"] } }"#);
+    assert!(
+        e.contains("secret `K`: file") && e.contains("missing.key"),
+        "{e}"
+    );
+    let e = problem(r#"secrets = { K = { file = "pay.key" } }"#);
+    assert!(e.contains("names no host"), "{e}");
+    let e = problem(
+        r#"secrets = { K = { file = "pay.key", hosts = ["a"] } }
+config = { K = "x" }"#,
+    );
+    assert!(e.contains("would hide the config key `K`"), "{e}");
+    let e = problem(r#"capabilities = { http_hosts = [{ host = "a", method = ["GET"] }] }"#);
+    assert!(
+        e.contains("capabilities.http_hosts[0]: unknown field `method`"),
+        "{e}"
+    );
+    let e = problem(r#"capabilities = { http_hosts = [{ host = "a", paths = ["/a/../b"] }] }"#);
+    assert!(e.contains("path `/a/../b` must start with `/`"), "{e}");
+    let e = problem(r#"capabilities = { http_hosts = [7] }"#);
+    assert!(e.contains("a grant is a host"), "{e}");
+}

@@ -5,6 +5,7 @@
 //! component = "dist/greeter.wasm"     # relative to this file, or oci://…
 //! limits = { memory = "64MiB", timeout = "5s" }
 //! capabilities = { env = { REGION = "eu" } }
+//! config = { greeting = "Ahoy" }           # wasi:config
 //!
 //! [[case]]
 //! name = "greets formally"
@@ -68,6 +69,8 @@ struct RawFile {
     component: String,
     limits: Option<toml::Table>,
     capabilities: Option<toml::Table>,
+    /// What the guest reads through `wasi:config`.
+    config: Option<toml::Table>,
     #[serde(default, rename = "case")]
     cases: Vec<RawCase>,
 }
@@ -216,6 +219,9 @@ fn policy(raw: &RawFile, component: &str, base: &Path) -> Result<Tenant, ConfigE
     }
     if let Some(capabilities) = &raw.capabilities {
         tenant.insert("capabilities".into(), capabilities.clone().into());
+    }
+    if let Some(config) = &raw.config {
+        tenant.insert("config".into(), config.clone().into());
     }
     let mut root = toml::Table::new();
     root.insert("tenant".into(), vec![toml::Value::from(tenant)].into());
