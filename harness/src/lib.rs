@@ -20,3 +20,4 @@ pub mod session;
 #[doc(hidden)]
 pub mod sync;
 pub mod testing;
+pub mod trace;

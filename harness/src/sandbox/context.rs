@@ -39,6 +39,9 @@ pub struct TaskInfo {
     pub attempt: u32,
     /// JSON details of the last heartbeat of the previous attempt.
     pub last_heartbeat: Option<Value>,
+    /// The caller's W3C `traceparent`, when the engine carried one: the
+    /// task's span is its child.
+    pub traceparent: Option<String>,
 }
 
 /// A guest broke the host contract in a way that is its output's fault

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use wasmtime::component::types::{ResultType, Type};
 use wasmtime::component::{ResourceTable, Val};
 use wasmtime::{CallHook, Store};
@@ -224,14 +225,20 @@ impl Sandbox {
         let observer = task.observer.clone();
         let ended = {
             let call = async {
-                let instance = component.pre.instantiate_async(&mut store).await?;
+                let instance = component
+                    .pre
+                    .instantiate_async(&mut store)
+                    .instrument(tracing::info_span!("instantiate"))
+                    .await?;
                 observer.instantiated(started.elapsed());
                 let func = instance
                     .get_func(&mut store, activity.export)
                     .ok_or_else(|| {
                         wasmtime::Error::msg(format!("export `{}` vanished", activity.name))
                     })?;
-                func.call_async(&mut store, &params, &mut results).await
+                func.call_async(&mut store, &params, &mut results)
+                    .instrument(tracing::info_span!("guest"))
+                    .await
             };
             let deadline = async {
                 match timeout {

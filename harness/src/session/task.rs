@@ -36,7 +36,11 @@ pub(super) async fn run(
         activity_type = %start.activity_type,
         activity_id = %start.info.activity_id,
         attempt = start.info.attempt,
+        outcome = tracing::field::Empty,
     );
+    if let Some(parent) = &start.info.traceparent {
+        crate::trace::adopt(&span, parent);
+    }
     // What reporting needs stays; the rest moves into the task.
     let (key, deadline, tenant) = (start.key.clone(), start.deadline, start.tenant.clone());
     async {
@@ -57,6 +61,7 @@ pub(super) async fn run(
                 f.class.as_str()
             }
         };
+        tracing::Span::current().record("outcome", label);
         session
             .metrics
             .task_finished(&tenant, &activity, label, started.elapsed());
@@ -122,16 +127,21 @@ async fn execute(
     // are taken here, in arrival order, and held while the guest runs; the
     // session's liveness pump keeps the task alive with the engine while it
     // waits.
-    let _type = match type_slot {
-        Some(taken) => Some(taken),
-        None => {
-            let names = session
-                .permits
-                .type_names(&session.registry, &tenant, &activity_type);
-            session.permits.type_slot(&tenant, &names).await
-        }
-    };
-    let _slot = session.permits.host_slot().await;
+    let waiting = tracing::info_span!("permits");
+    let (_type, _slot) = async {
+        let type_slot = match type_slot {
+            Some(taken) => Some(taken),
+            None => {
+                let names = session
+                    .permits
+                    .type_names(&session.registry, &tenant, &activity_type);
+                session.permits.type_slot(&tenant, &names).await
+            }
+        };
+        (type_slot, session.permits.host_slot().await)
+    }
+    .instrument(waiting)
+    .await;
     let outcome = session
         .sandbox
         .execute(&route.component, &route.tenant, task)

@@ -13,6 +13,9 @@ mod test;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{Layer, Registry};
 
 use clap::{Parser, Subcommand};
 
@@ -164,16 +167,23 @@ pub(crate) fn usage_error(message: impl std::fmt::Display) -> ExitCode {
 
 /// Logs go to stderr, as text or (for log collectors) JSON lines.
 pub(crate) fn init_tracing(default_filter: &str, json: bool) {
+    init_tracing_with(default_filter, json, None);
+}
+
+/// A layer that sees every span and event the log does (the OTLP export).
+pub(crate) type ExtraLayer = Box<dyn Layer<Registry> + Send + Sync>;
+
+/// [`init_tracing`], with the same spans and events also going to `extra`.
+pub(crate) fn init_tracing_with(default_filter: &str, json: bool, extra: Option<ExtraLayer>) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
+    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(extra).with(filter);
     if json {
-        builder.json().init();
+        registry.with(log.json()).init();
     } else {
-        builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        registry
+            .with(log.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())))
             .init();
     }
 }

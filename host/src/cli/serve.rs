@@ -20,7 +20,10 @@ use corral::metrics::Metrics;
 use corral::sandbox::{CompileLimits, Sandbox, SandboxConfig, Secrets};
 use corral::session::{Connector, Permits, Registry, Session};
 
-use super::{SERVER_LOG, default_cache_dir, init_tracing, usage_error};
+use super::{
+    ExtraLayer, SERVER_LOG, default_cache_dir, init_tracing, init_tracing_with, usage_error,
+};
+use corral::telemetry::Telemetry;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -38,10 +41,24 @@ pub async fn serve(args: Args) -> ExitCode {
         }
     };
     let json = config.host.log_json;
-    init_tracing(SERVER_LOG, json);
+    let (telemetry, export) = match &config.host.tracing {
+        None => (None, None),
+        Some(tracing) => match Telemetry::start::<tracing_subscriber::Registry>(tracing) {
+            Ok((telemetry, layer)) => (Some(telemetry), Some(Box::new(layer) as ExtraLayer)),
+            Err(e) => {
+                init_tracing(SERVER_LOG, false);
+                return usage_error(e);
+            }
+        },
+    };
+    init_tracing_with(SERVER_LOG, json, export);
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone(), json));
-    match run(config, shutdown, |_| {}).await {
+    let served = run(config, shutdown, |_| {}).await;
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown().await;
+    }
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if json => {
             tracing::error!(target: "corral", "corral: {e:#}");

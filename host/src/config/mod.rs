@@ -18,6 +18,7 @@
 //! admin_plaintext = false           # true: allow a non-loopback admin_listen without TLS
 //! log_format = "text"               # or "json"
 //! secret_refresh = "60s"            # re-read secrets (and at once on SIGHUP)
+//! tracing = { otlp_endpoint = "http://127.0.0.1:4317" }   # OTLP/gRPC spans, off by default
 //!
 //! [[tenant]]
 //! name = "acme"
@@ -55,6 +56,7 @@ use source::{RawCredential, credentials, follows};
 use values::{address, bytes, duration, positive, size, token_hash};
 
 use crate::oci::{Credential, RepositoryPrefix};
+use crate::telemetry::TracingConfig;
 
 use capabilities::{RawCapabilities, RawSecret};
 use engine::RawAion;
@@ -97,6 +99,8 @@ pub struct HostConfig {
     pub follow_interval: Duration,
     /// How often secrets are re-read from their sources (SIGHUP: at once).
     pub secret_refresh: Duration,
+    /// Where spans are exported (none: nowhere).
+    pub tracing: Option<TracingConfig>,
     /// Credentials by registry host, for every tenant.
     pub registry_credentials: BTreeMap<String, Credential>,
     pub log_json: bool,
@@ -122,6 +126,7 @@ impl Default for HostConfig {
             insecure_registries: Vec::new(),
             follow_interval: Duration::from_secs(30),
             secret_refresh: Duration::from_secs(60),
+            tracing: None,
             registry_credentials: BTreeMap::new(),
             log_json: false,
         }
@@ -217,12 +222,40 @@ struct RawHost {
     insecure_registries: Vec<String>,
     follow_interval: Option<String>,
     secret_refresh: Option<String>,
+    tracing: Option<RawTracing>,
     #[serde(default)]
     registry_credentials: BTreeMap<String, RawCredential>,
     log_format: Option<String>,
     /// Serve the admin API in plain text on an address other than loopback.
     #[serde(default)]
     admin_plaintext: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTracing {
+    otlp_endpoint: String,
+    service_name: Option<String>,
+}
+
+/// `[host.tracing]`: an `http://` or `https://` OTLP/gRPC endpoint.
+fn tracing(raw: RawTracing) -> Result<TracingConfig, ConfigError> {
+    let uri: Option<hyper::Uri> = raw.otlp_endpoint.parse().ok();
+    let valid =
+        uri.is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
+    if !valid {
+        return Err(invalid(
+            "host.tracing.otlp_endpoint",
+            format!(
+                "`{}` is not an OTLP/gRPC endpoint such as http://127.0.0.1:4317",
+                raw.otlp_endpoint
+            ),
+        ));
+    }
+    Ok(TracingConfig {
+        otlp_endpoint: raw.otlp_endpoint,
+        service_name: raw.service_name.unwrap_or_else(|| "corral".to_owned()),
+    })
 }
 
 #[derive(Deserialize)]
@@ -341,6 +374,7 @@ impl Config {
                 "host.compile_memory",
             )?,
             insecure_registries: raw.host.insecure_registries,
+            tracing: raw.host.tracing.map(tracing).transpose()?,
             secret_refresh: duration(
                 raw.host.secret_refresh.as_deref(),
                 "60s",

@@ -6,6 +6,7 @@ pub mod activities;
 pub mod admin;
 pub mod aion;
 pub mod http;
+pub mod otlp;
 pub mod processes;
 pub mod registry;
 

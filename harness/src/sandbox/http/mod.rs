@@ -17,6 +17,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use tracing::Instrument;
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
 use grant::special_range;
@@ -244,29 +245,47 @@ impl WasiHttpHooks for HttpPolicy {
             });
         };
         self.requests_left = left;
+        // Under the guest's span; the next hop's parent is this span.
+        let span = tracing::info_span!(
+            "http",
+            method = %request.method(),
+            url = %shown,
+            status = tracing::field::Empty,
+        );
+        if !request.headers().contains_key("traceparent")
+            && let Some(parent) = crate::trace::traceparent(&span)
+            && let Ok(value) = hyper::http::HeaderValue::from_str(&parent)
+        {
+            request.headers_mut().insert("traceparent", value);
+        }
         let budget = self.bytes.clone();
         let policy = self.clone();
         let bare = send::bare_host(request.uri()).unwrap_or(&host).to_owned();
-        Box::new(async move {
-            let resolved = send::resolve(&bare, port, options).await?;
-            let (reachable, unreachable): (Vec<SocketAddr>, Vec<SocketAddr>) = resolved
-                .into_iter()
-                .partition(|a| grants.iter().any(|g| g.reaches(a.ip())));
-            if reachable.is_empty() {
-                let address = unreachable.first().map(SocketAddr::ip);
-                let refusal = Refusal::Address {
-                    request: shown,
-                    address: address.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
-                    range: address.and_then(special_range).unwrap_or("non-public"),
-                };
-                return Box::into_pin(policy.refuse(refusal)).await;
+        Box::new(
+            async move {
+                let resolved = send::resolve(&bare, port, options).await?;
+                let (reachable, unreachable): (Vec<SocketAddr>, Vec<SocketAddr>) = resolved
+                    .into_iter()
+                    .partition(|a| grants.iter().any(|g| g.reaches(a.ip())));
+                if reachable.is_empty() {
+                    let address = unreachable.first().map(SocketAddr::ip);
+                    let refusal = Refusal::Address {
+                        request: shown,
+                        address: address.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
+                        range: address.and_then(special_range).unwrap_or("non-public"),
+                    };
+                    return Box::into_pin(policy.refuse(refusal)).await;
+                }
+                let request =
+                    request.map(|body| Metered::wrap(body, budget.clone(), Direction::Request));
+                let (response, worker) = send::send(request, options, reachable).await?;
+                tracing::Span::current().record("status", response.status().as_u16());
+                let response =
+                    response.map(|body| Metered::wrap(body, budget, Direction::Response));
+                Ok((response, worker))
             }
-            let request =
-                request.map(|body| Metered::wrap(body, budget.clone(), Direction::Request));
-            let (response, worker) = send::send(request, options, reachable).await?;
-            let response = response.map(|body| Metered::wrap(body, budget, Direction::Response));
-            Ok((response, worker))
-        })
+            .instrument(span),
+        )
     }
 }
 

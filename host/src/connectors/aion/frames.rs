@@ -138,6 +138,8 @@ pub fn task(
             // Zero is a server that did not stamp it; count it as the first.
             attempt: task.attempt.max(1),
             last_heartbeat: None,
+            // Aion's tasks carry no trace context.
+            traceparent: None,
         },
         deadline: None,
         heartbeat_every,

@@ -6,6 +6,7 @@ mod failure;
 pub mod payloads;
 mod slots;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use temporalio_common::protos::coresdk::activity_task::{
     ActivityCancelReason, ActivityTask, activity_task::Variant,
 };
 use temporalio_common::protos::coresdk::{ActivityHeartbeat, ActivityTaskCompletion};
+use temporalio_common::protos::temporal::api::common::v1::Payload;
 use temporalio_common::worker::WorkerTaskTypes;
 use temporalio_sdk_core::{
     CoreRuntime, PollError, TunerBuilder, Url, Worker, WorkerConfig, WorkerVersioningStrategy,
@@ -139,6 +141,20 @@ macro_rules! proto_duration {
     };
 }
 
+/// The header the Temporal SDKs' OpenTelemetry interceptors carry the
+/// caller's trace context in: a JSON payload of W3C headers.
+const TRACER_HEADER: &str = "_tracer-data";
+
+/// The caller's `traceparent`, when its SDK sent one (anything malformed
+/// is ignored: it only decides a span's parent).
+fn traceparent(headers: &HashMap<String, Payload>) -> Option<String> {
+    let data = payloads::to_json(headers.get(TRACER_HEADER)?).ok()?;
+    let parent = data.get("traceparent")?.as_str()?;
+    let well_formed =
+        parent.len() == 55 && parent.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit());
+    well_formed.then(|| parent.to_owned())
+}
+
 fn inbound(task: ActivityTask, tenant: &str) -> Option<Inbound> {
     match task.variant? {
         Variant::Start(start) => {
@@ -168,6 +184,7 @@ fn inbound(task: ActivityTask, tenant: &str) -> Option<Inbound> {
                         .heartbeat_details
                         .first()
                         .and_then(|p| payloads::to_json(p).ok()),
+                    traceparent: traceparent(&start.header_fields),
                 },
                 deadline,
                 // Well within the heartbeat timeout; tasks without one are
