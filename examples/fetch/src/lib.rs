@@ -107,7 +107,7 @@ fn send(outgoing: &Outgoing) -> Result<Answer, Failure> {
     }
     for (name, value) in &outgoing.headers {
         headers
-            .append(name, &value.as_bytes().to_vec())
+            .append(name, value.as_bytes())
             .map_err(|e| invalid(&format!("header `{name}` ({e:?})")))?;
     }
     let request = OutgoingRequest::new(headers);
@@ -121,7 +121,9 @@ fn send(outgoing: &Outgoing) -> Result<Answer, Failure> {
         other => Method::Other(other.to_owned()),
     };
     let path = if path.is_empty() { "/" } else { path };
-    request.set_method(&method).map_err(|()| invalid("method"))?;
+    request
+        .set_method(&method)
+        .map_err(|()| invalid("method"))?;
     request
         .set_scheme(Some(&scheme))
         .map_err(|()| invalid("scheme"))?;

@@ -358,3 +358,26 @@ config = { K = "x" }"#,
     let e = problem(r#"capabilities = { http_hosts = [7] }"#);
     assert!(e.contains("a grant is a host"), "{e}");
 }
+
+/// The README's keyed-API configuration reads as it says.
+#[test]
+fn the_readme_keyed_api_configuration_is_valid() {
+    let readme = include_str!("../../../README.md");
+    let section = &readme[readme.find("## Calling a keyed API").unwrap()..];
+    let start = section.find("```toml\n").unwrap() + "```toml\n".len();
+    let block = &section[start..start + section[start..].find("```").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pay.key"), "sk_test_0123456789").unwrap();
+    let text = block.replace("/run/secrets/acme-pay.key", "pay.key");
+    let config = Config::parse(&text, dir.path()).unwrap();
+    assert_eq!(config.host.secret_refresh, Duration::from_secs(60));
+    let tracing = config.host.tracing.as_ref().unwrap();
+    assert_eq!(tracing.otlp_endpoint, "http://127.0.0.1:4317");
+    let caps = &config.tenants[0].tenant.capabilities;
+    assert_eq!(caps.config.get("currency").map(String::as_str), Some("EUR"));
+    assert_eq!(
+        caps.http_hosts[0].to_string(),
+        "api.stripe.com methods POST paths /v1/charges"
+    );
+    assert_eq!(caps.secrets.specs().next().unwrap().name, "PAY_KEY");
+}
