@@ -45,7 +45,7 @@ fn the_examples_test_files_pass_in_every_language() {
     );
     let said = text(&out);
     assert!(out.status.success(), "{said}");
-    assert!(said.contains("\n11 passed, 0 failed"), "{said}");
+    assert!(said.contains("\n12 passed, 0 failed"), "{said}");
     assert!(
         said.contains("ok   examples/js-greeter/js-greeter.test.toml: stops when cancelled"),
         "{said}"

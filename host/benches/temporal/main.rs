@@ -29,6 +29,11 @@ use temporalio_common::data_converters::RawValue;
 use tokio::sync::Semaphore;
 
 pub(crate) use common::connect;
+
+/// The tests' OTLP receiver: the traced corral exports to it.
+#[allow(dead_code)]
+#[path = "../../tests/common/otlp.rs"]
+mod otlp;
 use common::{Process, dev_server};
 
 pub(crate) const ACTIVITY: &str = "demo:echo/api.echo-u32";
@@ -239,13 +244,35 @@ async fn bench() -> Result<()> {
     if let Some(other) = std::env::var_os("CORRAL_BENCH_BIN_B") {
         corrals.push((CORRAL_B, other));
     }
+    // CORRAL_BENCH_TRACING=1: the second corral is this build exporting
+    // every task's spans over OTLP (to a receiver in this process), so the
+    // pair measures what tracing costs.
+    let traced = std::env::var("CORRAL_BENCH_TRACING").is_ok_and(|v| v == "1");
+    let receiver = traced.then(otlp::Receiver::start);
+    if let Some(receiver) = &receiver {
+        corrals.truncate(1);
+        corrals.push((CORRAL_B, corrals[0].1.clone()));
+        println!(
+            "corral-b: the same build with tracing on (OTLP to 127.0.0.1:{})",
+            receiver.port
+        );
+    }
     let mut workers = Vec::new();
     for (name, binary) in corrals {
         let config = dir.join(format!("{name}.toml"));
+        let tracing = match &receiver {
+            Some(r) if name == CORRAL_B => {
+                format!(
+                    "tracing = {{ otlp_endpoint = \"http://127.0.0.1:{}\" }}\n",
+                    r.port
+                )
+            }
+            _ => String::new(),
+        };
         std::fs::write(
             &config,
             format!(
-                "[host]\nmax_concurrent = {CONCURRENCY}\n[[tenant]]\nname = \"bench\"\n\
+                "[host]\nmax_concurrent = {CONCURRENCY}\n{tracing}[[tenant]]\nname = \"bench\"\n\
                  temporal = {{ address = \"http://{address}\", task_queue = \"{name}\", \
                  compression = \"{}\" }}\n\
                  limits = {{ max_concurrent = {CONCURRENCY} }}\ncomponents = [{:?}]\n",
@@ -352,6 +379,7 @@ fn report(workers: &[Worker], round_ratios: &mut [Vec<f64>]) -> Result<()> {
                 "the bare worker core, stricter than the targets ask",
                 [" (target ≥ 0.95)", " (target ≤ 1.1)"],
             ),
+            None if receiver.is_some() => ("the same build with tracing on", ["", ""]),
             None => ("the corral build of CORRAL_BENCH_BIN_B", ["", ""]),
         };
         println!("  corral against {what}:");
@@ -369,6 +397,9 @@ fn report(workers: &[Worker], round_ratios: &mut [Vec<f64>]) -> Result<()> {
             rounds.join(" "),
             ratios[ratios.len() / 2]
         );
+    }
+    if let Some(receiver) = &receiver {
+        println!("corral-b exported {} spans", receiver.received());
     }
     for w in workers {
         print_threads(w.name, &w.threads, &threads(w.pid())?, n);

@@ -105,6 +105,11 @@ impl Receiver {
         Receiver { port, sink }
     }
 
+    /// How many spans arrived so far.
+    pub fn received(&self) -> usize {
+        self.sink.0.lock().unwrap().len()
+    }
+
     /// Waits (at most 60 s) until a received span matches `found`; all
     /// spans received by then.
     pub fn await_span(&self, found: impl Fn(&Span) -> bool) -> Vec<Span> {
