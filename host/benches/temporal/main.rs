@@ -337,12 +337,16 @@ async fn bench() -> Result<()> {
             ratios.push(cpu[0].as_secs_f64() / baseline.as_secs_f64());
         }
     }
-    report(&workers, &mut round_ratios)?;
+    report(&workers, &mut round_ratios, receiver.as_ref())?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
-fn report(workers: &[Worker], round_ratios: &mut [Vec<f64>]) -> Result<()> {
+fn report(
+    workers: &[Worker],
+    round_ratios: &mut [Vec<f64>],
+    receiver: Option<&otlp::Receiver>,
+) -> Result<()> {
     let n = (rounds() * PER_ROUND) as f64;
     let throughput = |w: &Worker| n / w.time.as_secs_f64();
     let per_activity = |w: &Worker| w.cpu.as_secs_f64() * 1e6 / n;
@@ -398,7 +402,7 @@ fn report(workers: &[Worker], round_ratios: &mut [Vec<f64>]) -> Result<()> {
             ratios[ratios.len() / 2]
         );
     }
-    if let Some(receiver) = &receiver {
+    if let Some(receiver) = receiver {
         println!("corral-b exported {} spans", receiver.received());
     }
     for w in workers {
