@@ -10,6 +10,7 @@ pub mod connectors;
 pub mod control;
 pub mod dev_server;
 pub mod oci;
+pub mod secrets;
 pub mod telemetry;
 
 /// An error and its causes, on one line (each cause once).

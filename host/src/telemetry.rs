@@ -16,6 +16,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::Layer as _;
 
 use corral_harness::trace::Propagation;
 
@@ -97,7 +98,14 @@ impl Telemetry {
             .build();
         let tracer = provider.tracer("corral");
         corral_harness::trace::install(Box::new(W3c));
-        let layer = tracing_opentelemetry::layer().with_tracer(tracer);
+        // corral's own spans and events (the guest's log lines among
+        // them), whatever CORRAL_LOG lets into the log.
+        let own = tracing_subscriber::filter::Targets::new()
+            .with_target("corral", tracing::Level::INFO)
+            .with_target("corral_harness", tracing::Level::INFO);
+        let layer = tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(own);
         Ok((Telemetry { provider }, layer))
     }
 

@@ -12,6 +12,15 @@ use common::admin::{Host, path};
 use common::example;
 use common::http::recording_server;
 
+/// SIGHUP, as an operator sends it after rotating a secret.
+fn hangup(corral: &common::processes::Corral) {
+    let sent = std::process::Command::new("kill")
+        .args(["-HUP", &corral.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
 const FIRST: &str = "sk_live_first_0123456789";
 const SECOND: &str = "sk_live_second_9876543210";
 
@@ -65,11 +74,7 @@ capabilities = {{ http_hosts = [{{ host = "127.0.0.1:{pay}", methods = ["POST"],
 
     // Rotated in its file; SIGHUP re-reads it, no restart.
     std::fs::write(&key_file, SECOND).unwrap();
-    let hangup = std::process::Command::new("kill")
-        .args(["-HUP", &corral.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(hangup.success());
+    hangup(&corral);
     corral.await_logged("secrets re-read (SIGHUP)", 1);
     let answer = charge("300");
     let (head, _) = arrived.recv().unwrap();
@@ -82,11 +87,7 @@ capabilities = {{ http_hosts = [{{ host = "127.0.0.1:{pay}", methods = ["POST"],
     // A rotation to a value corral cannot use keeps the last good one and
     // says which secret, never what it holds.
     std::fs::write(&key_file, "x7y8z9q").unwrap();
-    let hangup = std::process::Command::new("kill")
-        .args(["-HUP", &corral.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(hangup.success());
+    hangup(&corral);
     corral.await_logged("secrets re-read (SIGHUP)", 2);
     charge("400");
     let (head, _) = arrived.recv().unwrap();

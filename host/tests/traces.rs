@@ -49,7 +49,8 @@ capabilities = {{ http_hosts = [{{ host = "127.0.0.1:{pay}", methods = ["POST"],
         fetch = path(&example("fetch")),
         file = path(&key_file),
     );
-    let mut corral = Corral::serve(&config);
+    // A quiet log: the export has a filter of its own.
+    let mut corral = Corral::serve_with(&[("CORRAL_LOG", "warn")], &config);
 
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workflows/traced.py");

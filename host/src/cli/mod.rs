@@ -170,20 +170,24 @@ pub(crate) fn init_tracing(default_filter: &str, json: bool) {
     init_tracing_with(default_filter, json, None);
 }
 
-/// A layer that sees every span and event the log does (the OTLP export).
+/// A layer with a filter of its own beside the log (the OTLP export).
 pub(crate) type ExtraLayer = Box<dyn Layer<Registry> + Send + Sync>;
 
-/// [`init_tracing`], with the same spans and events also going to `extra`.
+/// [`init_tracing`], with `extra` beside the log: `CORRAL_LOG` filters the
+/// log only, so a quiet log does not silence the export.
 pub(crate) fn init_tracing_with(default_filter: &str, json: bool, extra: Option<ExtraLayer>) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter))
+    };
     let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let registry = tracing_subscriber::registry().with(extra).with(filter);
+    let registry = tracing_subscriber::registry().with(extra);
     if json {
-        registry.with(log.json()).init();
+        registry.with(log.json().with_filter(filter())).init();
     } else {
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
         registry
-            .with(log.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())))
+            .with(log.with_ansi(ansi).with_filter(filter()))
             .init();
     }
 }

@@ -174,7 +174,7 @@ pub async fn run(
         .map(|t| (t.tenant.name.clone(), t.tenant.capabilities.secrets.clone()))
         .collect();
     if !secrets.is_empty() {
-        tokio::spawn(refresh_secrets(
+        tokio::spawn(corral::secrets::refresh(
             secrets,
             config.host.secret_refresh,
             shutdown.clone(),
@@ -320,41 +320,6 @@ pub async fn run(
         format_args!("stopped; every accepted task was reported"),
     );
     Ok(())
-}
-
-/// Re-reads every tenant's secrets every `interval`, and at once on
-/// SIGHUP. A secret that cannot be read keeps its last value and is named
-/// (never its value) in a warning.
-async fn refresh_secrets(
-    tenants: Vec<(String, Arc<Secrets>)>,
-    interval: std::time::Duration,
-    shutdown: CancellationToken,
-) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hangup = signal(SignalKind::hangup()).ok();
-    if hangup.is_none() {
-        tracing::warn!("cannot listen for SIGHUP; secrets are re-read every {interval:?} only");
-    }
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-    loop {
-        let why = tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = tick.tick() => "interval",
-            Some(()) = async {
-                match hangup.as_mut() {
-                    Some(h) => h.recv().await,
-                    None => std::future::pending().await,
-                }
-            } => "SIGHUP",
-        };
-        for (tenant, secrets) in &tenants {
-            let (changed, errors) = secrets.reload();
-            for error in &errors {
-                tracing::warn!(%tenant, "secret not re-read, the last value stays: {error}");
-            }
-            tracing::info!(%tenant, changed, failed = errors.len(), "secrets re-read ({why})");
-        }
-    }
 }
 
 /// SIGINT or SIGTERM starts a graceful shutdown.

@@ -53,7 +53,7 @@ mod values;
 
 pub use source::ComponentSource;
 use source::{RawCredential, credentials, follows};
-use values::{address, bytes, duration, positive, size, token_hash};
+use values::{RawTracing, address, bytes, duration, positive, size, token_hash, tracing};
 
 use crate::oci::{Credential, RepositoryPrefix};
 use crate::telemetry::TracingConfig;
@@ -229,33 +229,6 @@ struct RawHost {
     /// Serve the admin API in plain text on an address other than loopback.
     #[serde(default)]
     admin_plaintext: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTracing {
-    otlp_endpoint: String,
-    service_name: Option<String>,
-}
-
-/// `[host.tracing]`: an `http://` or `https://` OTLP/gRPC endpoint.
-fn tracing(raw: RawTracing) -> Result<TracingConfig, ConfigError> {
-    let uri: Option<hyper::Uri> = raw.otlp_endpoint.parse().ok();
-    let valid =
-        uri.is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
-    if !valid {
-        return Err(invalid(
-            "host.tracing.otlp_endpoint",
-            format!(
-                "`{}` is not an OTLP/gRPC endpoint such as http://127.0.0.1:4317",
-                raw.otlp_endpoint
-            ),
-        ));
-    }
-    Ok(TracingConfig {
-        otlp_endpoint: raw.otlp_endpoint,
-        service_name: raw.service_name.unwrap_or_else(|| "corral".to_owned()),
-    })
 }
 
 #[derive(Deserialize)]

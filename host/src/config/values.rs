@@ -1,11 +1,14 @@
 //! Checked values of a configuration: addresses, token hashes, counts,
-//! durations and sizes, each error naming its key.
+//! durations, sizes and the trace endpoint, each error naming its key.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use super::{ConfigError, invalid};
 use crate::sandbox::{parse_bytes, parse_duration};
+use crate::telemetry::TracingConfig;
 
 pub(super) fn address(value: Option<&str>, key: &str) -> Result<Option<SocketAddr>, ConfigError> {
     value
@@ -65,4 +68,31 @@ pub(super) fn size(value: Option<&str>, default: usize, key: &str) -> Result<usi
             usize::try_from(b).map_err(|_| invalid(key, "too large"))
         }
     }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTracing {
+    otlp_endpoint: String,
+    service_name: Option<String>,
+}
+
+/// `[host.tracing]`: an `http://` or `https://` OTLP/gRPC endpoint.
+pub(super) fn tracing(raw: RawTracing) -> Result<TracingConfig, ConfigError> {
+    let uri: Option<hyper::Uri> = raw.otlp_endpoint.parse().ok();
+    let valid =
+        uri.is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
+    if !valid {
+        return Err(invalid(
+            "host.tracing.otlp_endpoint",
+            format!(
+                "`{}` is not an OTLP/gRPC endpoint such as http://127.0.0.1:4317",
+                raw.otlp_endpoint
+            ),
+        ));
+    }
+    Ok(TracingConfig {
+        otlp_endpoint: raw.otlp_endpoint,
+        service_name: raw.service_name.unwrap_or_else(|| "corral".to_owned()),
+    })
 }

@@ -44,9 +44,27 @@ pub fn spawn_watched_in(
     stdout: Stdio,
     stderr: Stdio,
 ) -> Child {
-    let quoted: Vec<String> = std::iter::once(program.to_owned())
-        .chain(args.iter().cloned())
-        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+    spawn_watched_with(cwd, &[], program, args, stdout, stderr)
+}
+
+/// [`spawn_watched_in`], with `env` set for the program.
+pub fn spawn_watched_with(
+    cwd: Option<&Path>,
+    env: &[(&str, &str)],
+    program: &str,
+    args: &[String],
+    stdout: Stdio,
+    stderr: Stdio,
+) -> Child {
+    let quote = |a: &str| format!("'{}'", a.replace('\'', r"'\''"));
+    let quoted: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("{k}={}", quote(v)))
+        .chain(
+            std::iter::once(program.to_owned())
+                .chain(args.iter().cloned())
+                .map(|a| quote(&a)),
+        )
         .collect();
     let script = format!(
         "{} & child=$!; trap 'kill -TERM $child 2>/dev/null; wait $child; exit $?' TERM INT; \
@@ -250,8 +268,31 @@ impl Corral {
 
     /// Runs `corral <args>` in directory `cwd` until it says it is ready.
     pub fn start_in(cwd: Option<&Path>, args: &[String], dir: tempfile::TempDir) -> Corral {
-        let mut child = spawn_watched_in(
+        Corral::start_with(cwd, &[], args, dir)
+    }
+
+    /// Serves `config` with `env` set (e.g. `CORRAL_LOG`).
+    pub fn serve_with(env: &[(&str, &str)], config: &str) -> Corral {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("corral.toml");
+        std::fs::write(&path, config).expect("write config");
+        let args = [
+            "serve".into(),
+            "--config".into(),
+            path.display().to_string(),
+        ];
+        Corral::start_with(None, env, &args, dir)
+    }
+
+    fn start_with(
+        cwd: Option<&Path>,
+        env: &[(&str, &str)],
+        args: &[String],
+        dir: tempfile::TempDir,
+    ) -> Corral {
+        let mut child = spawn_watched_with(
             cwd,
+            env,
             env!("CARGO_BIN_EXE_corral"),
             args,
             Stdio::piped(),

@@ -20,6 +20,13 @@ pub(crate) struct ByteBudget {
 }
 
 impl ByteBudget {
+    pub(crate) fn new(limit: u64) -> Arc<Self> {
+        Arc::new(ByteBudget {
+            limit,
+            left: AtomicU64::new(limit),
+        })
+    }
+
     /// Takes `n` bytes; false (taking nothing) when fewer are left.
     pub(crate) fn take(&self, n: u64) -> bool {
         self.left
@@ -93,15 +100,6 @@ impl Body for Metered {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-impl ByteBudget {
-    pub(crate) fn new(limit: u64) -> Arc<Self> {
-        Arc::new(ByteBudget {
-            limit,
-            left: AtomicU64::new(limit),
-        })
     }
 }
 
