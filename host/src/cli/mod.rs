@@ -215,8 +215,12 @@ fn files_named(dir: &std::path::Path, suffix: &str) -> Vec<PathBuf> {
     files
 }
 
-/// What a server logs by default.
-pub(crate) const SERVER_LOG: &str = "warn,corral=info";
+/// What a server logs by default. wasmtime's WASI crates warn about what
+/// a guest did wrong (a malformed request, …), as often as the guest likes:
+/// only their errors reach the host's log.
+pub(crate) const SERVER_LOG: &str = "warn,corral=info,wasmtime_wasi=error,wasmtime_wasi_http=error";
+/// What the other commands log by default.
+const CLI_LOG: &str = "warn,wasmtime_wasi=error,wasmtime_wasi_http=error";
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -238,7 +242,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Serve(_) => {}
         Command::Dev(_) => init_tracing(SERVER_LOG, false),
-        _ => init_tracing("warn", false),
+        _ => init_tracing(CLI_LOG, false),
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -154,10 +154,14 @@ impl HttpPolicy {
             activity_id,
         } = &self.labels;
         let message = refusal.to_string();
-        tracing::warn!(%tenant, %activity_type, %activity_id, "outbound HTTP refused: {message}");
+        // A guest may ask again and again: the host's log gets each of the
+        // first few distinct refusals once, the rest only at debug.
         let mut kept = lock(&self.refusals);
         if kept.len() < KEPT_REFUSALS && !kept.contains(&message) {
+            tracing::warn!(%tenant, %activity_type, %activity_id, "outbound HTTP refused: {message}");
             kept.push(message);
+        } else {
+            tracing::debug!(%tenant, %activity_type, %activity_id, "outbound HTTP refused: {message}");
         }
         let error = refusal.error();
         Box::new(async move { Err(error) })

@@ -25,6 +25,30 @@ impl Guest for Hostile {
         }
     }
 
+    fn refused_requests(authority: String, path: Option<String>, count: u32) -> u32 {
+        use wasip2::http::outgoing_handler;
+        use wasip2::http::types::{Fields, OutgoingRequest, Scheme};
+        let mut refused = 0;
+        for _ in 0..count {
+            let request = OutgoingRequest::new(Fields::new());
+            let _ = request.set_scheme(Some(&Scheme::Http));
+            let _ = request.set_authority(Some(&authority));
+            if let Some(path) = &path {
+                let _ = request.set_path_with_query(Some(path));
+            }
+            match outgoing_handler::handle(request, None) {
+                Err(_) => refused += 1,
+                Ok(response) => {
+                    response.subscribe().block();
+                    if let Some(Ok(Err(_))) = response.get() {
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        refused
+    }
+
     fn random_once(bytes: u64) -> u64 {
         wasip2::random::random::get_random_bytes(bytes).len() as u64
     }
