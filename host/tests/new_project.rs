@@ -81,9 +81,10 @@ fn a_new_project_in_each_language_builds_passes_its_tests_and_serves_temporal_on
         ],
         tempfile::tempdir().unwrap(),
     );
-    let stdout = dev.stdout();
     let endpoint = format!("export CORRAL_ENDPOINT=http://127.0.0.1:{admin_port}");
-    assert!(stdout.contains(&endpoint), "{stdout}");
+    dev.await_printed(&endpoint);
+    dev.await_printed("export CORRAL_TOKEN=");
+    let stdout = dev.stdout();
     let token = stdout
         .lines()
         .find_map(|l| l.strip_prefix("export CORRAL_TOKEN="))

@@ -330,6 +330,22 @@ impl Corral {
         }
     }
 
+    /// Waits (at most 90 s) until corral has printed `text` on stdout: its
+    /// stdout is read by a thread of its own, which may still be behind the
+    /// "ready" line on stderr.
+    pub fn await_printed(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !self.stdout().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "`{text}` not printed:\n{}\n{}",
+                self.stdout(),
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Everything corral wrote to stdout so far.
     pub fn stdout(&self) -> String {
         self.stdout.lock().unwrap().join("\n")
