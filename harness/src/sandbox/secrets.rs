@@ -227,8 +227,7 @@ impl Secrets {
             allowed(entry, true)?;
             uri_secrets.push(entry);
         }
-        let mut replaced = Vec::new();
-        for (name, value) in request.headers() {
+        for value in request.headers().values() {
             let Ok(text) = value.to_str() else {
                 if contains(value.as_bytes(), PLACEHOLDER_PREFIX.as_bytes()) {
                     // Not text: cannot be substituted, and must not go out.
@@ -240,21 +239,25 @@ impl Secrets {
                 }
                 continue;
             };
-            let mut text = Cow::Borrowed(text);
-            for entry in self.present(&text.clone()) {
+            for entry in self.present(text) {
                 allowed(entry, false)?;
-                let value = read(&entry.value).clone();
-                text = Cow::Owned(text.replace(&entry.placeholder, &value));
-            }
-            if let Cow::Owned(text) = text {
-                replaced.push((name.clone(), text));
             }
         }
-        for (name, text) in replaced {
+        // Each value in place: a header sent more than once keeps them all.
+        for value in request.headers_mut().values_mut() {
+            let Ok(text) = value.to_str() else { continue };
+            let present = self.present(text);
+            if present.is_empty() {
+                continue;
+            }
+            let mut text = text.to_owned();
+            for entry in present {
+                text = text.replace(&entry.placeholder, &read(&entry.value));
+            }
             // The value was checked header-safe when it was read.
-            if let Ok(mut value) = HeaderValue::from_str(&text) {
-                value.set_sensitive(true);
-                request.headers_mut().insert(name, value);
+            if let Ok(mut substituted) = HeaderValue::from_str(&text) {
+                substituted.set_sensitive(true);
+                *value = substituted;
             }
         }
         if !uri_secrets.is_empty() {
@@ -434,6 +437,15 @@ mod tests {
             elsewhere.headers()["authorization"],
             "Bearer corral-secret:KEY"
         );
+
+        // A header sent twice keeps both values, each substituted.
+        let mut twice = request("https://api.stripe.com/", "corral-secret:KEY");
+        twice
+            .headers_mut()
+            .append("authorization", HeaderValue::from_static("plain"));
+        s.substitute(&mut twice, "api.stripe.com", 443).unwrap();
+        let values: Vec<_> = twice.headers().get_all("authorization").iter().collect();
+        assert_eq!(values, ["sk_live_short", "plain"]);
 
         // KEY may not go in a query, even to its own host.
         let mut in_query = request("https://api.stripe.com/?k=corral-secret:KEY", "x");
