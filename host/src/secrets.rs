@@ -38,7 +38,12 @@ pub async fn refresh(
             for error in &errors {
                 tracing::warn!(%tenant, "secret not re-read, the last value stays: {error}");
             }
-            tracing::info!(%tenant, changed, failed = errors.len(), "secrets re-read ({why})");
+            // Every interval for every tenant: said only when it matters.
+            if why == "SIGHUP" || changed > 0 {
+                tracing::info!(%tenant, changed, failed = errors.len(), "secrets re-read ({why})");
+            } else {
+                tracing::debug!(%tenant, failed = errors.len(), "secrets re-read ({why})");
+            }
         }
     }
 }
