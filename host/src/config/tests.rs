@@ -381,3 +381,24 @@ fn the_readme_keyed_api_configuration_is_valid() {
     );
     assert_eq!(caps.secrets.specs().next().unwrap().name, "PAY_KEY");
 }
+
+#[test]
+fn a_bad_trace_endpoint_or_secret_refresh_is_named() {
+    let with = |host: &str| GOOD.replacen("[host]", &format!("[host]\n{host}"), 1);
+    let problem = |host: &str| error(&with(host));
+    let e = problem(r#"tracing = { otlp_endpoint = "127.0.0.1:4317" }"#);
+    assert!(
+        e.contains("host.tracing.otlp_endpoint: `127.0.0.1:4317` is not an OTLP/gRPC endpoint such as http://127.0.0.1:4317"),
+        "{e}"
+    );
+    let e = problem(r#"tracing = { otlp_endpoint = "http://x:4317", sampler = "all" }"#);
+    assert!(e.contains("unknown field `sampler`"), "{e}");
+    let e = problem(r#"secret_refresh = "0s""#);
+    assert!(e.contains("host.secret_refresh: must be above zero"), "{e}");
+    let ok = Config::parse(
+        &with(r#"tracing = { otlp_endpoint = "http://collector:4317" }"#),
+        Path::new("/etc/corral"),
+    )
+    .unwrap();
+    assert_eq!(ok.host.tracing.unwrap().service_name, "corral");
+}
