@@ -178,3 +178,22 @@ fn a_bad_tenant_policy_is_refused_before_any_task() {
         "{huge}"
     );
 }
+
+/// Tenants loading the same bytes share one compiled component (code
+/// mapped once, one memory image): without a compile cache, a second load
+/// while the first is in use compiles nothing; once neither is in use, the
+/// next load compiles again.
+#[test]
+fn the_same_bytes_loaded_twice_share_one_compiled_component() {
+    let bytes = std::fs::read(example("greeter")).unwrap();
+    let host = TestHost::builder().build().unwrap();
+    let first = host.load_bytes(&bytes).unwrap();
+    assert!(!first.loaded().from_cache, "compiled the first time");
+    let second = host.load_bytes(&bytes).unwrap();
+    assert!(second.loaded().from_cache, "shared, not compiled again");
+    drop((first, second));
+    assert!(
+        !host.load_bytes(&bytes).unwrap().loaded().from_cache,
+        "nothing held it any more"
+    );
+}

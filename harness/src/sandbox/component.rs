@@ -6,7 +6,7 @@ use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, InstancePre};
@@ -17,6 +17,7 @@ use super::engine::Sandbox;
 use super::signature::{ActivityType, UnsupportedExport, exported_functions};
 
 /// A component ready to run tasks: compiled, linked, its exports indexed.
+#[derive(Clone)]
 pub struct LoadedComponent {
     /// `sha256:<hex>` of the component bytes.
     pub digest: String,
@@ -177,6 +178,9 @@ impl Sandbox {
             _ => return Err(LoadError::NotWasm),
         }
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+        if let Some(shared) = self.already_loaded(&digest) {
+            return Ok(shared);
+        }
         let (component, from_cache) = self.compile_cached(&digest, bytes)?;
 
         let ty = component.component_type();
@@ -196,14 +200,35 @@ impl Sandbox {
         if activities.is_empty() {
             return Err(LoadError::NoActivities(unsupported));
         }
-        Ok(Arc::new(LoadedComponent {
+        let loaded = Arc::new(LoadedComponent {
             digest,
             activities,
             unsupported,
             imports,
             from_cache,
             pre,
-        }))
+        });
+        let mut by_digest = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        by_digest.retain(|_, component| component.strong_count() > 0);
+        by_digest.insert(loaded.digest.clone(), Arc::downgrade(&loaded));
+        Ok(loaded)
+    }
+
+    /// The component of `digest` if it is loaded and in use: its compiled
+    /// code, memory image and instance template are shared, not loaded
+    /// again.
+    fn already_loaded(&self, digest: &str) -> Option<Arc<LoadedComponent>> {
+        let by_digest = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        let shared = by_digest.get(digest)?.upgrade()?;
+        Some(if shared.from_cache {
+            shared
+        } else {
+            // Not compiled by this load: say so, as a load from the cache would.
+            Arc::new(LoadedComponent {
+                from_cache: true,
+                ..LoadedComponent::clone(&shared)
+            })
+        })
     }
 
     /// Loads a component from a file.

@@ -109,7 +109,15 @@ pub struct Sandbox {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<TaskState>,
     pub(crate) config: SandboxConfig,
+    /// Every component loaded and still in use, by digest: tenants that
+    /// load the same bytes share one compiled component (its code mapped
+    /// once, one memory image), so a thousand tenants of one component
+    /// cost one component.
+    pub(crate) loaded: std::sync::Mutex<LoadedByDigest>,
 }
+
+pub(crate) type LoadedByDigest =
+    std::collections::HashMap<String, std::sync::Weak<super::LoadedComponent>>;
 
 impl Sandbox {
     /// Builds the engine and links WASI 0.2 and `corral:activity`.
@@ -183,6 +191,7 @@ impl Sandbox {
             engine,
             linker,
             config,
+            loaded: Default::default(),
         }))
     }
 
