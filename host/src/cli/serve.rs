@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use corral::config::{Config, Engine};
 use corral::connectors::aion::AionConnector;
 use corral::connectors::local::Local;
-use corral::connectors::temporal::TemporalConnector;
+use corral::connectors::temporal::{self, Connections, TemporalConnector};
 use corral::control::follow::Follower;
 use corral::control::store::Index;
 use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, api, server};
@@ -192,6 +192,7 @@ pub async fn run(
     );
     let session = Session::new(sandbox, registry.clone(), metrics.clone(), permits.clone());
     let mut runtime = None;
+    let mut connections = Connections::default();
     let mut connectors: Vec<Arc<dyn Connector>> = Vec::new();
     for t in &config.tenants {
         let name = &t.tenant.name;
@@ -199,13 +200,12 @@ pub async fn run(
             Engine::Temporal(binding) => {
                 let runtime = match &runtime {
                     Some(runtime) => runtime,
-                    None => runtime.insert(temporalio_sdk_core::CoreRuntime::new_assume_tokio(
-                        Default::default(),
-                    )?),
+                    None => runtime.insert(temporal::core_runtime()?),
                 };
                 Arc::new(
                     TemporalConnector::connect(
                         runtime,
+                        &mut connections,
                         name,
                         binding,
                         &permits,

@@ -42,6 +42,39 @@ fn a_good_config_is_read_with_defaults_and_resolved_paths() {
 }
 
 #[test]
+fn temporal_pollers_default_to_five_and_are_bounded() {
+    let Engine::Temporal(temporal) = &Config::parse(GOOD, Path::new("/etc/corral"))
+        .unwrap()
+        .tenants[0]
+        .engine
+    else {
+        panic!("a Temporal tenant")
+    };
+    assert_eq!(temporal.pollers.get(), 5, "the Temporal SDKs' default");
+    let with = |n: &str| {
+        GOOD.replace(
+            "task_queue = \"acme\" }",
+            &format!("task_queue = \"acme\", pollers = {n} }}"),
+        )
+    };
+    let one = Config::parse(&with("1"), Path::new("/etc/corral")).unwrap();
+    let Engine::Temporal(temporal) = &one.tenants[0].engine else {
+        panic!("a Temporal tenant")
+    };
+    assert_eq!(temporal.pollers.get(), 1);
+    let zero = error(&with("0"));
+    assert!(
+        zero.contains("pollers") && zero.contains("nonzero"),
+        "{zero}"
+    );
+    let many = error(&with("65"));
+    assert!(
+        many.contains("temporal.pollers") && many.contains("65 is more than the 64"),
+        "{many}"
+    );
+}
+
+#[test]
 fn temporal_compression_is_gzip_or_none() {
     let none = GOOD.replace(
         "task_queue = \"acme\" }",

@@ -24,8 +24,8 @@ use temporalio_common::protos::coresdk::{ActivityHeartbeat, ActivityTaskCompleti
 use temporalio_common::protos::temporal::api::common::v1::Payload;
 use temporalio_common::worker::WorkerTaskTypes;
 use temporalio_sdk_core::{
-    CoreRuntime, PollError, TunerBuilder, Url, Worker, WorkerConfig, WorkerVersioningStrategy,
-    init_worker,
+    CoreRuntime, PollError, PollerBehavior, RuntimeOptions, TunerBuilder, Url, Worker,
+    WorkerConfig, WorkerVersioningStrategy, init_worker,
 };
 
 use crate::backoff::{Backoff, Try, patiently};
@@ -45,17 +45,28 @@ pub struct TemporalConnector {
     tenant: String,
 }
 
-impl TemporalConnector {
-    /// Connects (retrying for a while when the server is not up yet) and
-    /// registers an activity-only worker on the tenant's task queue.
-    pub async fn connect(
-        runtime: &CoreRuntime,
+/// The gRPC connections to Temporal servers, one per server address and
+/// compression, shared by every tenant's worker on that server: a thousand
+/// tenants on one server hold one HTTP/2 connection (and one descriptor),
+/// not a thousand.
+#[derive(Default)]
+pub struct Connections {
+    by_server: HashMap<(String, Compression), Connection>,
+}
+
+impl Connections {
+    /// The connection to `binding`'s server, made (retrying for a while when
+    /// the server is not up yet) by the first tenant that needs it.
+    async fn get(
+        &mut self,
         tenant: &str,
         binding: &TemporalBinding,
-        permits: &Permits,
-        grace: Duration,
         patience: Duration,
-    ) -> anyhow::Result<Self> {
+    ) -> anyhow::Result<Connection> {
+        let key = (binding.address.clone(), binding.compression);
+        if let Some(connection) = self.by_server.get(&key) {
+            return Ok(connection.clone());
+        }
         let url = Url::parse(&binding.address)
             .with_context(|| format!("tenant `{tenant}`: `{}` is not a URL", binding.address))?;
         let connection = connect_with_retry(&url, binding.compression, patience)
@@ -67,6 +78,38 @@ impl TemporalConnector {
                     binding.address
                 )
             })?;
+        self.by_server.insert(key, connection.clone());
+        Ok(connection)
+    }
+}
+
+/// The worker core's runtime for every tenant's worker, on corral's Tokio
+/// runtime. Worker heartbeats are off: sdk-core 0.10 gives every
+/// heartbeating worker a system-information thread of its own, a thread
+/// per tenant (1,000 tenants, 1,000 threads), and corral reports its
+/// workers' health itself (`/metrics`, `/health`).
+pub fn core_runtime() -> anyhow::Result<CoreRuntime> {
+    let options = RuntimeOptions::builder()
+        .heartbeat_interval(None)
+        .build()
+        .map_err(anyhow::Error::msg)
+        .context("the Temporal worker runtime's options")?;
+    CoreRuntime::new_assume_tokio(options).context("starting the Temporal worker runtime")
+}
+
+impl TemporalConnector {
+    /// Registers an activity-only worker on the tenant's task queue, on
+    /// the shared connection to its server.
+    pub async fn connect(
+        runtime: &CoreRuntime,
+        connections: &mut Connections,
+        tenant: &str,
+        binding: &TemporalBinding,
+        permits: &Permits,
+        grace: Duration,
+        patience: Duration,
+    ) -> anyhow::Result<Self> {
+        let connection = connections.get(tenant, binding, patience).await?;
         let slots = permits.slots_of(tenant)?;
         let mut tuner = TunerBuilder::default();
         tuner.activity_slot_supplier(Arc::new(slots::PermitSlots(slots)));
@@ -74,6 +117,10 @@ impl TemporalConnector {
             .namespace(binding.namespace.clone())
             .task_queue(binding.task_queue.clone())
             .task_types(WorkerTaskTypes::activity_only())
+            // A fixed number of polls (`temporal.pollers`): autoscaling
+            // pollers each run a 100 ms ticker in sdk-core 0.10, which a
+            // thousand idle tenants turn into 10,000 wakeups a second.
+            .activity_task_poller_behavior(PollerBehavior::SimpleMaximum(binding.pollers.get()))
             .tuner(Arc::new(tuner.build()))
             .versioning_strategy(WorkerVersioningStrategy::None {
                 build_id: format!("corral-{}", env!("CARGO_PKG_VERSION")),
