@@ -3,9 +3,14 @@
 //!
 //! 1. Per-task overhead: corral's full path (dispatch, fresh store and
 //!    instance, JSON→WIT, call, WIT→JSON, classify, teardown) for a trivial
-//!    activity, against a raw wasmtime loop (fresh store + instantiate from an
-//!    `InstancePre` + typed call) on the very same engine, interleaved in one
-//!    run. Prints both in µs/task and their ratio.
+//!    activity (a string in, a string out) of a Rust, a Python
+//!    (componentize-py) and a JavaScript (componentize-js) guest, against a
+//!    raw wasmtime loop (fresh store + instantiate from an `InstancePre` +
+//!    typed call) on the very same engine, interleaved in one run. Prints
+//!    both in µs and page faults per task, and their ratio.
+//!    `CORRAL_BENCH_GUESTS=rust,python` measures only those;
+//!    `CORRAL_BENCH_KEEP_RESIDENT=BYTES` adds a sandbox keeping that much of
+//!    each freed linear memory resident, side by side.
 //! 2. Many in flight: N tasks (default 10,000; `CORRAL_BENCH_INFLIGHT`)
 //!    sleeping on the WASI clock at once; prints the host's resident memory
 //!    per in-flight task beyond the guest's own linear memory.
@@ -17,8 +22,10 @@ use anyhow::{Context, Result};
 use corral::sandbox::{Limits, PreparedTenant, Sandbox, SandboxConfig, Task, Tenant};
 use serde_json::json;
 use wasmtime::Store;
-use wasmtime::component::{Linker, ResourceTable};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 const ROUNDS: usize = 7;
 const TASKS_PER_ROUND: usize = 2000;
@@ -29,7 +36,28 @@ fn example(name: &str) -> PathBuf {
 
 struct Raw {
     wasi: WasiCtx,
+    http: WasiHttpCtx,
     table: ResourceTable,
+}
+
+impl Raw {
+    fn new() -> Self {
+        Raw {
+            wasi: WasiCtx::builder().build(),
+            http: WasiHttpCtx::new(),
+            table: ResourceTable::new(),
+        }
+    }
+}
+
+impl WasiHttpView for Raw {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: wasmtime_wasi_http::default_hooks(),
+        }
+    }
 }
 
 impl WasiView for Raw {
@@ -46,11 +74,138 @@ fn median(mut samples: Vec<f64>) -> f64 {
     samples[samples.len() / 2]
 }
 
-async fn overhead() -> Result<()> {
-    let sandbox = Sandbox::new(SandboxConfig::default())?;
-    let echo = sandbox
-        .load_file(&example("echo"))
-        .context("run examples/build.sh first")?;
+/// A failure record (`corral:activity/types.failure`), for typed calls of
+/// functions that return `result<_, failure>`.
+#[derive(wasmtime::component::ComponentType, wasmtime::component::Lift)]
+#[component(record)]
+#[allow(dead_code)] // `retryable` and `details` are only lifted
+struct Failure {
+    message: String,
+    kind: String,
+    retryable: bool,
+    details: Option<String>,
+}
+
+/// One guest language's trivial activity: a string in, a string out, no
+/// host call.
+struct Guest {
+    language: &'static str,
+    file: &'static str,
+    /// The activity type, and where raw wasmtime finds the function.
+    activity: &'static str,
+    interface: Option<&'static str>,
+    function: &'static str,
+    /// Whether it returns `result<string, failure>` rather than `string`.
+    fallible: bool,
+    expected: &'static str,
+}
+
+const GUESTS: [Guest; 3] = [
+    Guest {
+        language: "Rust",
+        file: "echo",
+        activity: "demo:echo/api.echo-string",
+        interface: Some("demo:echo/api"),
+        function: "echo-string",
+        fallible: false,
+        expected: "hello",
+    },
+    Guest {
+        language: "Python",
+        file: "python-shout",
+        activity: "shout-checked",
+        interface: None,
+        function: "shout-checked",
+        fallible: true,
+        expected: "HELLO",
+    },
+    Guest {
+        language: "JavaScript",
+        file: "js-greeter",
+        activity: "demo:js-greeter/api.shout",
+        interface: Some("demo:js-greeter/api"),
+        function: "shout",
+        fallible: false,
+        expected: "HELLO",
+    },
+];
+
+/// Defines every function of the component's imports beyond WASI
+/// (`corral:activity`, `wasi:config`) as one that traps: the
+/// measured functions call none of them. (`define_unknown_imports_as_traps`
+/// would also shadow WASI interfaces imported at a newer patch version
+/// than wasmtime's, which the linker otherwise matches by semver.)
+fn stub_other_imports(linker: &mut Linker<Raw>, component: &Component) -> Result<()> {
+    let engine = component.engine();
+    for (name, item) in component.component_type().imports(engine) {
+        let other = ["corral:", "wasi:config/"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix));
+        let ComponentItem::ComponentInstance(instance) = item.ty else {
+            continue;
+        };
+        if !other {
+            continue;
+        }
+        let mut stubs = linker.instance(name)?;
+        for (function, item) in instance.exports(engine) {
+            if let ComponentItem::ComponentFunc(_) = item.ty {
+                let what = format!("{name}#{function}");
+                stubs.func_new(function, move |_, _, _, _| {
+                    Err(wasmtime::Error::msg(format!(
+                        "{what} is not linked in the raw floor"
+                    )))
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Minor page faults this process has taken so far.
+fn page_faults() -> Result<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    let after = stat.rsplit_once(')').context("stat")?.1;
+    Ok(after.split_whitespace().nth(7).context("minflt")?.parse()?)
+}
+
+/// A per-task figure: µs and page faults, medians over rounds.
+#[derive(Default)]
+struct PerTask {
+    micros: Vec<f64>,
+    faults: Vec<f64>,
+}
+
+impl PerTask {
+    async fn round<F, Fut>(&mut self, tasks: usize, task: F) -> Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<()>>,
+    {
+        let faults = page_faults()?;
+        let start = Instant::now();
+        for _ in 0..tasks {
+            task().await?;
+        }
+        self.micros
+            .push(start.elapsed().as_secs_f64() * 1e6 / tasks as f64);
+        self.faults
+            .push((page_faults()? - faults) as f64 / tasks as f64);
+        Ok(())
+    }
+
+    fn medians(&self) -> (f64, f64) {
+        (median(self.micros.clone()), median(self.faults.clone()))
+    }
+}
+
+/// corral's full path against raw wasmtime for one guest, on a sandbox of
+/// `config`; prints µs and page faults per task for both.
+async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Result<f64> {
+    let sandbox = Sandbox::new(config)?;
+    let component = sandbox
+        .load_file(&example(guest.file))
+        .with_context(|| format!("{}: run examples/build.sh first", guest.file))?;
     let tenant = sandbox.prepare(Tenant {
         name: "bench".into(),
         ..Tenant::default()
@@ -60,66 +215,125 @@ async fn overhead() -> Result<()> {
     let engine = sandbox.engine();
     let mut linker: Linker<Raw> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    linker.define_unknown_imports_as_traps(echo.component())?;
-    let pre = linker.instantiate_pre(echo.component())?;
-    let api = echo
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    stub_other_imports(&mut linker, component.component())?;
+    let pre = linker.instantiate_pre(component.component())?;
+    let interface = match guest.interface {
+        Some(name) => Some(
+            component
+                .component()
+                .get_export_index(None, name)
+                .context("interface")?,
+        ),
+        None => None,
+    };
+    let func = component
         .component()
-        .get_export_index(None, "demo:echo/api")
-        .context("api")?;
-    let func = echo
-        .component()
-        .get_export_index(Some(&api), "echo-u32")
-        .context("echo-u32")?;
+        .get_export_index(interface.as_ref(), guest.function)
+        .context("function")?;
+    let yield_every = sandbox.config().yield_every_fuel;
 
     let raw_task = || async {
-        let mut store = Store::new(
-            engine,
-            Raw {
-                wasi: WasiCtx::builder().build(),
-                table: ResourceTable::new(),
-            },
-        );
+        let mut store = Store::new(engine, Raw::new());
         store.set_fuel(u64::MAX)?;
-        store.fuel_async_yield_interval(Some(SandboxConfig::default().yield_every_fuel))?;
+        store.fuel_async_yield_interval(Some(yield_every))?;
         // The engine checks epochs (corral's watchdog uses them): a store
         // must set a deadline it never reaches, or it traps at once.
         store.set_epoch_deadline(1 << 62);
         let instance = pre.instantiate_async(&mut store).await?;
-        let f = instance.get_typed_func::<(u32,), (u32,)>(&mut store, func)?;
-        let (out,) = f.call_async(&mut store, (7,)).await?;
-        anyhow::ensure!(out == 7);
+        let out = if guest.fallible {
+            let f =
+                instance.get_typed_func::<(&str,), (Result<String, Failure>,)>(&mut store, func)?;
+            let (out,) = f.call_async(&mut store, ("hello",)).await?;
+            out.map_err(|f| anyhow::anyhow!("{}: {}", f.kind, f.message))?
+        } else {
+            let f = instance.get_typed_func::<(&str,), (String,)>(&mut store, func)?;
+            f.call_async(&mut store, ("hello",)).await?.0
+        };
+        anyhow::ensure!(out == guest.expected, "{out}");
         Ok::<_, anyhow::Error>(())
     };
     let corral_task = || async {
-        let task = Task::new("demo:echo/api.echo-u32", vec![json!(7)]);
-        let out = sandbox.execute(&echo, &tenant, task).await;
-        anyhow::ensure!(out == Ok(json!(7)), "{out:?}");
+        let task = Task::new(guest.activity, vec![json!("hello")]);
+        let out = sandbox.execute(&component, &tenant, task).await;
+        anyhow::ensure!(out == Ok(json!(guest.expected)), "{out:?}");
         Ok::<_, anyhow::Error>(())
     };
 
+    // Fewer tasks per round for the interpreters, whose tasks cost more.
+    let tasks = if guest.file == "echo" {
+        TASKS_PER_ROUND
+    } else {
+        TASKS_PER_ROUND / 10
+    };
     // Warm up both paths.
-    for _ in 0..200 {
+    for _ in 0..tasks / 10 {
         raw_task().await?;
         corral_task().await?;
     }
-    let (mut raw, mut full) = (Vec::new(), Vec::new());
+    let (mut raw, mut full) = (PerTask::default(), PerTask::default());
     for _ in 0..ROUNDS {
-        let start = Instant::now();
-        for _ in 0..TASKS_PER_ROUND {
-            raw_task().await?;
-        }
-        raw.push(start.elapsed().as_secs_f64() * 1e6 / TASKS_PER_ROUND as f64);
-        let start = Instant::now();
-        for _ in 0..TASKS_PER_ROUND {
-            corral_task().await?;
-        }
-        full.push(start.elapsed().as_secs_f64() * 1e6 / TASKS_PER_ROUND as f64);
+        raw.round(tasks, raw_task).await?;
+        full.round(tasks, corral_task).await?;
     }
-    let (raw, full) = (median(raw), median(full));
-    println!("per-task overhead ({ROUNDS} rounds × {TASKS_PER_ROUND} tasks, medians):");
-    println!("  raw wasmtime (store + instantiate + typed call): {raw:8.2} µs/task");
-    println!("  corral full path (JSON in/out, classify):        {full:8.2} µs/task");
-    println!("  ratio corral / raw: {:.3} (target ≤ 1.3)", full / raw);
+    let ((raw_us, raw_faults), (full_us, full_faults)) = (raw.medians(), full.medians());
+    println!(
+        "  {:<10} {label:<22} raw {raw_us:9.2} µs {raw_faults:7.1} faults | corral \
+         {full_us:9.2} µs {full_faults:7.1} faults | ratio {:.3}",
+        guest.language,
+        full_us / raw_us
+    );
+    Ok(full_us)
+}
+
+/// The sandbox settings measured: corral's defaults, and with
+/// `CORRAL_BENCH_KEEP_RESIDENT=BYTES` the defaults with that much of each
+/// freed linear memory kept resident, side by side.
+fn variants() -> Vec<(String, SandboxConfig)> {
+    let mut variants = vec![("defaults".to_owned(), SandboxConfig::default())];
+    if let Some(bytes) = std::env::var("CORRAL_BENCH_KEEP_RESIDENT")
+        .ok()
+        .and_then(|b| b.parse::<usize>().ok())
+    {
+        variants.push((
+            format!("keep {} MiB resident", bytes >> 20),
+            SandboxConfig {
+                memory_keep_resident: bytes,
+                ..SandboxConfig::default()
+            },
+        ));
+    }
+    variants
+}
+
+async fn overhead() -> Result<()> {
+    println!(
+        "per-task cost, corral's full path (JSON in/out, classify) against raw wasmtime (store, \
+         instantiate, typed call) on the same engine and component ({ROUNDS} rounds, medians; \
+         page faults per task, whole process):"
+    );
+    let only: Option<Vec<String>> = std::env::var("CORRAL_BENCH_GUESTS")
+        .ok()
+        .map(|g| g.split(',').map(str::to_lowercase).collect());
+    for guest in &GUESTS {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.contains(&guest.language.to_lowercase()))
+        {
+            continue;
+        }
+        let mut times = Vec::new();
+        for (label, config) in variants() {
+            times.push(overhead_of(guest, config, &label).await?);
+        }
+        if let [defaults, other] = times[..] {
+            println!(
+                "  {:<10} corral, kept resident / defaults: {:.3}",
+                guest.language,
+                other / defaults
+            );
+        }
+    }
     Ok(())
 }
 

@@ -2,12 +2,21 @@
 //! that dies with the bench, a dev server on a free loopback port, and a
 //! client connection that waits for the server to come up.
 
+#![allow(dead_code)] // each bench uses its own share
+
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use temporalio_client::{Connection, ConnectionOptions, GrpcCompression};
+use serde_json::Value;
+use temporalio_client::{
+    ActivityStartOptions, Client, Connection, ConnectionOptions, GrpcCompression,
+};
+use temporalio_common::UntypedActivity;
+use temporalio_common::data_converters::RawValue;
 use temporalio_sdk_core::Url;
+use tokio::sync::Semaphore;
 
 /// A child process killed when dropped.
 pub struct Process(pub Child);
@@ -49,4 +58,88 @@ pub async fn connect(address: &str, compression: GrpcCompression) -> Result<Conn
             Err(e) => bail!("cannot reach the dev server: {e}"),
         }
     }
+}
+
+/// User + system CPU time a process has used so far.
+pub fn cpu_time(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) are space separated.
+    let after = stat.rsplit_once(')').context("stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    Ok(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux.
+}
+
+/// Minor page faults a process has taken so far.
+pub fn page_faults(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit_once(')').context("stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    Ok(fields[7].parse()?)
+}
+
+/// A process's peak resident memory (VmHWM), in KiB.
+pub fn peak_rss_kib(pid: u32) -> Result<u64> {
+    status(pid, "VmHWM")
+}
+
+/// A number from `/proc/PID/status` (`VmRSS`, `Threads`, …; memory in KiB).
+pub fn status(pid: u32, field: &str) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .with_context(|| format!("{field} in /proc/{pid}/status"))?;
+    Ok(line.trim().trim_end_matches("kB").trim().parse()?)
+}
+
+/// Runs `n` standalone activities of `activity` on `queue`, `concurrency`
+/// at a time, each with `input` as its one argument, and checks every
+/// result is `expected`; returns the wall time.
+pub async fn load(
+    client: &Arc<Client>,
+    queue: &str,
+    (activity, input, expected): (&str, &Value, &Value),
+    n: usize,
+    concurrency: usize,
+    round: &str,
+) -> Result<Duration> {
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let permit = permits.clone().acquire_owned().await?;
+        let client = client.clone();
+        let (queue, activity) = (queue.to_owned(), activity.to_owned());
+        let (input, expected) = (input.clone(), expected.clone());
+        let id = format!("{round}-{queue}-{i}");
+        tasks.spawn(async move {
+            let input = RawValue {
+                payloads: vec![corral::connectors::temporal::payloads::from_json(&input)],
+            };
+            let options = ActivityStartOptions::with_start_to_close_timeout(
+                queue,
+                id,
+                Duration::from_secs(30),
+            )
+            .build();
+            let handle = client
+                .start_activity(UntypedActivity::new(&activity), input, options)
+                .await
+                .map_err(|e| anyhow::anyhow!("start: {e}"))?;
+            let out = handle
+                .result()
+                .await
+                .map_err(|e| anyhow::anyhow!("result: {e}"))?;
+            drop(permit);
+            let value = corral::connectors::temporal::payloads::to_json(&out.payloads[0])
+                .map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(value == expected, "{activity}: {value}, not {expected}");
+            Ok::<_, anyhow::Error>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(started.elapsed())
 }

@@ -20,13 +20,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use temporalio_client::{ActivityStartOptions, Client, ClientOptions, GrpcCompression};
-use temporalio_common::UntypedActivity;
-use temporalio_common::data_converters::RawValue;
-use tokio::sync::Semaphore;
+use temporalio_client::{Client, ClientOptions, GrpcCompression};
 
 pub(crate) use common::connect;
 
@@ -34,7 +31,7 @@ pub(crate) use common::connect;
 #[allow(dead_code)]
 #[path = "../../tests/common/otlp.rs"]
 mod otlp;
-use common::{Process, dev_server};
+use common::{Process, cpu_time, dev_server, page_faults, peak_rss_kib};
 
 pub(crate) const ACTIVITY: &str = "demo:echo/api.echo-u32";
 pub(crate) const CONCURRENCY: usize = 32;
@@ -51,34 +48,6 @@ fn rounds() -> usize {
         .and_then(|r| r.parse().ok())
         .filter(|&r| r > 0)
         .unwrap_or(ROUNDS)
-}
-
-/// User + system CPU time a process has used so far.
-fn cpu_time(pid: u32) -> Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces) are space separated.
-    let after = stat.rsplit_once(')').context("stat")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-    Ok(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux.
-}
-
-/// Minor page faults a process has taken so far.
-fn page_faults(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat.rsplit_once(')').context("stat")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    Ok(fields[7].parse()?)
-}
-
-/// A process's peak resident memory (VmHWM), in KiB.
-fn peak_rss_kib(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .context("VmHWM")?;
-    Ok(line.trim().trim_end_matches("kB").trim().parse()?)
 }
 
 /// Per thread name: CPU time and context switches (voluntary +
@@ -146,48 +115,19 @@ fn grpc_compression() -> GrpcCompression {
     }
 }
 
-/// Runs `n` activities on `queue`, `CONCURRENCY` at a time; returns the wall
-/// time.
+/// Runs `n` echo activities on `queue`, `CONCURRENCY` at a time; returns
+/// the wall time.
 async fn load(client: &Arc<Client>, queue: &str, n: usize, round: &str) -> Result<Duration> {
-    let permits = Arc::new(Semaphore::new(CONCURRENCY));
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..n {
-        let permit = permits.clone().acquire_owned().await?;
-        let client = client.clone();
-        let queue = queue.to_owned();
-        let id = format!("{round}-{queue}-{i}");
-        tasks.spawn(async move {
-            let input = RawValue {
-                payloads: vec![corral::connectors::temporal::payloads::from_json(
-                    &serde_json::json!(7),
-                )],
-            };
-            let options = ActivityStartOptions::with_start_to_close_timeout(
-                queue,
-                id,
-                Duration::from_secs(30),
-            )
-            .build();
-            let handle = client
-                .start_activity(UntypedActivity::new(ACTIVITY), input, options)
-                .await
-                .map_err(|e| anyhow::anyhow!("start: {e}"))?;
-            let out = handle
-                .result()
-                .await
-                .map_err(|e| anyhow::anyhow!("result: {e}"))?;
-            drop(permit);
-            let value = corral::connectors::temporal::payloads::to_json(&out.payloads[0])
-                .map_err(anyhow::Error::msg)?;
-            anyhow::ensure!(value == serde_json::json!(7), "wrong result {value}");
-            Ok::<_, anyhow::Error>(())
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done??;
-    }
-    Ok(started.elapsed())
+    let seven = serde_json::json!(7);
+    common::load(
+        client,
+        queue,
+        (ACTIVITY, &seven, &seven),
+        n,
+        CONCURRENCY,
+        round,
+    )
+    .await
 }
 
 /// One worker process under load, and what it has used.
