@@ -5,7 +5,23 @@
 //          '{"name":"Ada","languages":["en"],"visits":1}'
 import { heartbeat, info, isCancelled, log } from 'corral:activity/context@0.1.0';
 
+// What `remember` keeps: every task must start without it.
+const held = [];
+const ballast = [];
+
 export const api = {
+  shout(text) {
+    return text.toUpperCase();
+  },
+
+  remember(text, times) {
+    for (let i = 0; i < times; i++) {
+      ballast.push(new Uint8Array(4 << 20).fill(text.charCodeAt(0) || 32));
+      held.push(text);
+    }
+    return [...held];
+  },
+
   greet(who) {
     if (!who.name) {
       // A thrown failure record is the `err` of `result<_, failure>`.

@@ -11,6 +11,11 @@ from wit_world.imports import context, store
 from wit_world.imports.types import Failure
 
 
+# What `remember` keeps: every task must start without it.
+_held: list[str] = []
+_ballast: list[bytes] = []
+
+
 class WitWorld(wit_world.WitWorld):
     def greet(self, name: str) -> str:
         try:
@@ -30,6 +35,12 @@ class WitWorld(wit_world.WitWorld):
         if not text:
             raise Err(Failure("nothing to shout", "Empty", False, None))
         return text.upper()
+
+    def remember(self, text: str, times: int) -> list[str]:
+        for _ in range(times):
+            _ballast.append((text + " ").encode() * (4 * 1024 * 1024 // (len(text) + 1)))
+            _held.append(text)
+        return list(_held)
 
     def count(self, to: int) -> int:
         # A retry resumes from the count the last attempt heartbeated.

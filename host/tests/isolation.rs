@@ -31,6 +31,36 @@ async fn no_state_survives_between_two_tasks_of_one_component() {
     }
 }
 
+/// Each language's `remember` keeps its text, with 4 MiB of ballast each
+/// time, in module state (beyond what the pool keeps resident between
+/// tasks); a task that saw another's memory would hold an earlier text. The
+/// Rust guest also checks a fresh 4 MiB allocation, which its allocator
+/// does not clear, for bytes another task wrote.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_task_sees_memory_another_task_wrote_in_any_language() {
+    let host = host().build().unwrap();
+    for (file, activity) in [
+        ("misbehave", "demo:misbehave/api.remember"),
+        ("python-shout", "remember"),
+        ("js-greeter", "demo:js-greeter/api.remember"),
+    ] {
+        let component = load(&host, file);
+        for text in ["first", "second", "third"] {
+            // Within one task, `remember` does remember: twice is two.
+            let run = component
+                .call(activity)
+                .args([json!(text), json!(2)])
+                .run()
+                .await;
+            assert_eq!(
+                run.expect_ok(),
+                &json!([text, text]),
+                "{file}: a task held what an earlier task wrote"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_guest_sees_only_the_environment_it_was_given() {
     // The host process has a rich environment (PATH,

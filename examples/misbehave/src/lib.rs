@@ -4,6 +4,7 @@
 use std::hint::black_box;
 use std::io::Write;
 use std::net::ToSocketAddrs;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -14,6 +15,9 @@ corral_guest::generate!("demo:misbehave/misbehave");
 use exports::demo::misbehave::api::Guest;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
+/// What `remember` keeps: texts, and their ballast.
+static HELD: Mutex<(Vec<String>, Vec<Vec<u8>>)> = Mutex::new((Vec::new(), Vec::new()));
+const BALLAST: usize = 4 << 20;
 
 struct Misbehave;
 
@@ -67,6 +71,23 @@ impl Guest for Misbehave {
 
     fn counter() -> u32 {
         COUNTER.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn remember(text: String, times: u32) -> Vec<String> {
+        // Fresh pages are zero, so the allocator hands this out without
+        // clearing it: a byte that is not zero was written by another task.
+        let fresh = black_box(vec![0u8; BALLAST]);
+        let stale = fresh.iter().filter(|&&b| b != 0).count();
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        if stale > 0 {
+            held.0.push(format!("stale bytes: {stale}"));
+        }
+        for _ in 0..times {
+            held.1
+                .push(text.bytes().chain([b' ']).cycle().take(BALLAST).collect());
+            held.0.push(text.clone());
+        }
+        held.0.clone()
     }
 
     fn big_output(bytes: u32) -> String {
