@@ -10,10 +10,12 @@
 //! any worker can do). A load generator in this process starts standalone
 //! activities with bounded concurrency and waits for every result. Printed:
 //! throughput, and each worker process's CPU time per activity (from /proc),
-//! with corral's ratios against both baselines.
+//! with corral's ratios against both baselines. `CORRAL_BENCH_GUESTS=1`
+//! measures corral alone per guest language instead (`guests.rs`).
 
 #[path = "../common/mod.rs"]
 mod common;
+mod guests;
 mod native;
 
 use std::collections::BTreeMap;
@@ -181,6 +183,12 @@ async fn bench() -> Result<()> {
         "corral",
         std::env::var_os("CORRAL_BENCH_BIN").unwrap_or(this_build),
     )];
+    // CORRAL_BENCH_GUESTS=1: per guest language instead (see `guests`).
+    if std::env::var("CORRAL_BENCH_GUESTS").is_ok_and(|v| v == "1") {
+        guests::bench(&client, &address, &dir, &corrals[0].1, rounds()).await?;
+        let _ = std::fs::remove_dir_all(&dir);
+        return Ok(());
+    }
     if let Some(other) = std::env::var_os("CORRAL_BENCH_BIN_B") {
         corrals.push((CORRAL_B, other));
     }
