@@ -41,7 +41,7 @@ async fn activity_types_are_listed_with_their_signatures() {
         .collect();
     assert_eq!(
         names,
-        ["greet", "shout", "shout-checked", "count"],
+        ["greet", "shout", "shout-checked", "remember", "count"],
         "a world-level export is named by its bare name"
     );
     let hidden: Vec<&str> = python

@@ -286,7 +286,10 @@ impl Served {
 
     async fn stop(self) {
         self.shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(10), self.serving)
+        // A report the script never acknowledges waits `ACK_WAIT` before
+        // shutdown gives it up: the session stops within that, plus margin
+        // for a loaded machine (a 10 s bound here raced the 10 s wait).
+        tokio::time::timeout(super::ACK_WAIT * 3, self.serving)
             .await
             .expect("the session stops")
             .unwrap();
