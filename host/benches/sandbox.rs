@@ -15,6 +15,9 @@
 //!    sleeping on the WASI clock at once; prints the host's resident memory
 //!    per in-flight task beyond the guest's own linear memory.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -164,9 +167,7 @@ fn stub_other_imports(linker: &mut Linker<Raw>, component: &Component) -> Result
 
 /// Minor page faults this process has taken so far.
 fn page_faults() -> Result<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    let after = stat.rsplit_once(')').context("stat")?.1;
-    Ok(after.split_whitespace().nth(7).context("minflt")?.parse()?)
+    common::page_faults(std::process::id())
 }
 
 /// A per-task figure: µs and page faults, medians over rounds.
@@ -350,9 +351,7 @@ fn small_tenant(sandbox: &Sandbox) -> Result<PreparedTenant> {
 }
 
 fn resident_bytes() -> Result<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm")?;
-    let pages: u64 = statm.split_whitespace().nth(1).context("statm")?.parse()?;
-    Ok(pages * 4096)
+    Ok(common::status(std::process::id(), "VmRSS")? * 1024)
 }
 
 async fn in_flight() -> Result<()> {

@@ -21,7 +21,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use temporalio_client::errors::ActivityResultError;
 use temporalio_client::{ActivityStartOptions, Client, ClientOptions, GrpcCompression};
 use temporalio_common::data_converters::RawValue;
@@ -220,17 +220,7 @@ fn all() -> &'static [Kind] {
 
 /// Resident memory (KiB) and open file descriptors of a process.
 fn footprint(pid: u32) -> Result<(u64, usize)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .context("VmRSS")?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()?;
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
-    Ok((rss, fds))
+    Ok((common::status(pid, "VmRSS")?, common::descriptors(pid)?))
 }
 
 fn percentile(latencies: &mut [Duration], p: f64) -> Duration {

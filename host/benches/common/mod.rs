@@ -60,22 +60,35 @@ pub async fn connect(address: &str, compression: GrpcCompression) -> Result<Conn
     }
 }
 
+/// A `/proc/…/stat` line split: the command name, and the fields after it
+/// (the name may hold spaces; the fields are space separated).
+pub fn stat_fields(stat: &str) -> Result<(&str, Vec<&str>)> {
+    let (head, after) = stat.rsplit_once(')').context("stat")?;
+    let name = head.split_once('(').context("stat")?.1;
+    Ok((name, after.split_whitespace().collect()))
+}
+
+/// User + system CPU time of [`stat_fields`]' fields.
+pub fn stat_cpu(fields: &[&str]) -> Result<Duration> {
+    let field = |i: usize| -> Result<u64> { Ok(fields.get(i).context("stat")?.parse()?) };
+    Ok(Duration::from_millis((field(11)? + field(12)?) * 10)) // USER_HZ is 100 on Linux.
+}
+
 /// User + system CPU time a process has used so far.
 pub fn cpu_time(pid: u32) -> Result<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces) are space separated.
-    let after = stat.rsplit_once(')').context("stat")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-    Ok(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux.
+    stat_cpu(&stat_fields(&stat)?.1)
 }
 
 /// Minor page faults a process has taken so far.
 pub fn page_faults(pid: u32) -> Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat.rsplit_once(')').context("stat")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    Ok(fields[7].parse()?)
+    Ok(stat_fields(&stat)?.1.get(7).context("minflt")?.parse()?)
+}
+
+/// Open file descriptors of a process.
+pub fn descriptors(pid: u32) -> Result<usize> {
+    Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
 }
 
 /// A process's peak resident memory (VmHWM), in KiB.

@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use temporalio_client::{Client, ClientOptions, GrpcCompression};
 
 pub(crate) use common::connect;
@@ -64,17 +64,17 @@ fn threads(pid: u32) -> Result<BTreeMap<String, (Duration, u64)>> {
         ) else {
             continue; // the thread ended meanwhile
         };
-        let (head, after) = stat.rsplit_once(')').context("stat")?;
-        let name = head.split_once('(').context("stat")?.1.to_owned();
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+        let (name, fields) = common::stat_fields(&stat)?;
+        let cpu = common::stat_cpu(&fields)?;
         let switches: u64 = status
             .lines()
             .filter(|l| l.contains("ctxt_switches"))
             .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
             .sum();
-        let slot = by_name.entry(name).or_insert((Duration::ZERO, 0));
-        slot.0 += Duration::from_millis(ticks * 10);
+        let slot = by_name
+            .entry(name.to_owned())
+            .or_insert((Duration::ZERO, 0));
+        slot.0 += cpu;
         slot.1 += switches;
     }
     Ok(by_name)
