@@ -92,6 +92,19 @@ fn busy(output: &Output) -> bool {
     !output.status.success() && String::from_utf8_lossy(&output.stderr).contains("is busy")
 }
 
+/// Runs `ask`, and again a bounded number of times while the server
+/// answers that it is [`busy`].
+fn patiently(ask: impl Fn() -> Output) -> Output {
+    let mut out = ask();
+    for _ in 0..20 {
+        if !busy(&out) {
+            break;
+        }
+        out = ask();
+    }
+    out
+}
+
 /// [`execute`], asserting that the activity completed (quoting corral's
 /// log if not); returns its result.
 pub fn execute_completed(
@@ -123,8 +136,12 @@ pub fn start(
     id
 }
 
+/// `temporal activity describe`. Asks again, a bounded number of times,
+/// when the server is [`busy`] (the dev server answers so while it is
+/// writing the activity's own state, as at a heartbeat).
 pub fn describe(server: &TemporalServer, id: &str) -> Value {
-    let out = server.cli(&["activity", "describe", "--activity-id", id, "-o", "json"]);
+    let out =
+        patiently(|| server.cli(&["activity", "describe", "--activity-id", id, "-o", "json"]));
     assert!(out.status.success(), "{}", text(&out));
     json_of(&out)["info"].clone()
 }
@@ -132,15 +149,9 @@ pub fn describe(server: &TemporalServer, id: &str) -> Value {
 /// Waits for the activity's outcome (`temporal activity result`).
 /// Asks again, a bounded number of times, when the server is [`busy`].
 pub fn outcome(server: &TemporalServer, id: &str) -> Value {
-    let ask = || server.cli(&["activity", "result", "--activity-id", id, "-o", "json"]);
-    let mut out = ask();
-    for _ in 0..20 {
-        if !busy(&out) {
-            break;
-        }
-        out = ask();
-    }
-    json_of(&out)
+    json_of(&patiently(|| {
+        server.cli(&["activity", "result", "--activity-id", id, "-o", "json"])
+    }))
 }
 
 /// Polls `describe` until `done` holds, for at most `patience`.
