@@ -98,8 +98,9 @@ fn fixture(transport_failures: u32) -> Fixture {
 }
 
 fn fixture_with(transport_failures: u32, permits: Permits) -> Fixture {
+    // The pool is exactly the host's slots, as `corral serve` sizes it.
     let sandbox = Sandbox::new(SandboxConfig {
-        max_instances: 8,
+        max_instances: u32::try_from(permits.host_usage().limit).unwrap(),
         ..SandboxConfig::default()
     })
     .unwrap();
@@ -399,6 +400,36 @@ async fn a_type_at_its_own_limit_waits_for_its_sibling() {
             .all(|(_, r)| matches!(r, Report::Cancelled(_))),
         "{reports:?}"
     );
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_of_exactly_the_host_slots_runs_every_task_that_waited_for_one() {
+    let permits = Permits::new(2, []);
+    let f = fixture_with(0, permits.clone());
+    let serving = f.serve(Duration::from_secs(1));
+    for key in [b"s1", b"s2"] {
+        f.send.send(start(key, "spin")).await.unwrap();
+    }
+    f.until("both spins hold a host slot", || {
+        permits.host_usage().in_use == 2
+    })
+    .await;
+    // Queued behind the spins; each instantiates in a slot a cancelled spin
+    // has just given back, so none may find the pool still full.
+    let answers: Vec<Vec<u8>> = (0..6).map(|i| format!("a{i}").into_bytes()).collect();
+    for key in &answers {
+        f.send.send(start(key, "answer")).await.unwrap();
+    }
+    for key in [b"s1", b"s2"] {
+        f.cancel(key).await;
+    }
+    let reports = f.wait_for_reports(8).await;
+    for key in &answers {
+        let report = reports.iter().find(|(k, _)| k == key).map(|(_, r)| r);
+        assert_eq!(report, Some(&Report::Completed(json!(42))), "{reports:?}");
+    }
     f.shutdown.cancel();
     serving.await.unwrap();
 }

@@ -93,7 +93,10 @@ pub async fn run(
         None => (Store::in_memory(), Index::default()),
     };
     let sandbox = Sandbox::new(SandboxConfig {
-        max_instances: u32::try_from(config.host.max_concurrent)?.saturating_add(16),
+        // Exactly the host's slots: every instance is made by a task holding
+        // one (a smoke-test `Run` too, through the session), and freed
+        // before the slot is; so a task with a slot always instantiates.
+        max_instances: u32::try_from(config.host.max_concurrent)?,
         max_memory: config.host.max_memory,
         cache_dir: config
             .host

@@ -31,8 +31,8 @@ pub struct AdminService {
     pub follower: Arc<Follower>,
     /// `Run` is a smoke test outside any engine: it does not take engine
     /// permits (pollers may hold them all while they wait for work), but has
-    /// a small host-wide budget of its own, within the instance pool's
-    /// headroom.
+    /// a small host-wide budget of its own; while it executes it holds a
+    /// host slot like any task.
     pub runs: Arc<Semaphore>,
 }
 
