@@ -11,8 +11,11 @@
 //! activities with bounded concurrency and waits for every result. Printed:
 //! throughput, and each worker process's CPU time per activity (from /proc),
 //! with corral's ratios against both baselines. `CORRAL_BENCH_GUESTS=1`
-//! measures corral alone per guest language instead (`guests.rs`).
+//! measures corral alone per guest language instead (`guests.rs`), and
+//! `CORRAL_BENCH_CALLGRIND=1` counts instructions per activity under
+//! valgrind instead (`callgrind.rs`).
 
+mod callgrind;
 #[path = "../common/mod.rs"]
 mod common;
 mod guests;
@@ -186,6 +189,12 @@ async fn bench() -> Result<()> {
     // CORRAL_BENCH_GUESTS=1: per guest language instead (see `guests`).
     if std::env::var("CORRAL_BENCH_GUESTS").is_ok_and(|v| v == "1") {
         guests::bench(&client, &address, &dir, &corrals[0].1, rounds()).await?;
+        let _ = std::fs::remove_dir_all(&dir);
+        return Ok(());
+    }
+    // CORRAL_BENCH_CALLGRIND=1: instruction counts instead (see `callgrind`).
+    if std::env::var("CORRAL_BENCH_CALLGRIND").is_ok_and(|v| v == "1") {
+        callgrind::bench(&client, &address, &dir, &corrals[0].1).await?;
         let _ = std::fs::remove_dir_all(&dir);
         return Ok(());
     }
