@@ -7,7 +7,9 @@
 //!    (componentize-py) and a JavaScript (componentize-js) guest, against a
 //!    raw wasmtime loop (fresh store + instantiate from an `InstancePre` +
 //!    typed call) on the very same engine, interleaved in one run. Prints
-//!    both in µs and page faults per task, and their ratio.
+//!    both in µs and page faults per task, and their ratio; then, per
+//!    guest, what one task dirties for the pool to reset (linear memory,
+//!    tables) and the native stack it touches.
 //!    `CORRAL_BENCH_GUESTS=rust,python` measures only those;
 //!    `CORRAL_BENCH_KEEP_RESIDENT=BYTES` adds a sandbox keeping that much of
 //!    each freed linear memory resident, side by side.
@@ -22,7 +24,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use corral::sandbox::{Limits, PreparedTenant, Sandbox, SandboxConfig, Task, Tenant};
+use corral::sandbox::{
+    Limits, PreparedTenant, Sandbox, SandboxConfig, Task, Tenant, fiber_stack_size,
+};
 use serde_json::json;
 use wasmtime::Store;
 use wasmtime::component::types::ComponentItem;
@@ -287,6 +291,97 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
     Ok(full_us)
 }
 
+/// What a task of `guest` leaves for the pool to reset, and the stack it
+/// touches, measured on a one-slot sandbox that keeps every freed page
+/// resident: the pool's own count of the linear-memory and table bytes it
+/// reset after the task (the pages the task dirtied), and the resident pages
+/// of its one fiber stack (the pool leaves used stack pages resident), found
+/// by the guard page its creation added and read from
+/// `/proc/self/pagemap`; after the third task.
+async fn footprint(guest: &Guest) -> Result<()> {
+    let config = SandboxConfig {
+        max_instances: 1,
+        memory_keep_resident: 1 << 30,
+        ..SandboxConfig::default()
+    };
+    let stack_size = fiber_stack_size(config.max_wasm_stack);
+    let guards = stack_guards()?;
+    let sandbox = Sandbox::new(config)?;
+    let new_guards: Vec<u64> = stack_guards()?
+        .into_iter()
+        .filter(|g| !guards.contains(g))
+        .collect();
+    let component = sandbox.load_file(&example(guest.file))?;
+    let tenant = sandbox.prepare(Tenant {
+        name: "bench".into(),
+        ..Tenant::default()
+    })?;
+    let metrics = sandbox
+        .engine()
+        .pooling_allocator_metrics()
+        .context("the sandbox's engine has no pool")?;
+    for _ in 0..3 {
+        let task = Task::new(guest.activity, vec![json!("hello")]);
+        let out = sandbox.execute(&component, &tenant, task).await;
+        anyhow::ensure!(out == Ok(json!(guest.expected)), "{out:?}");
+    }
+    let stack = match new_guards[..] {
+        [guard_end] => format!(
+            "{:6.1} KiB",
+            present_bytes(guard_end, stack_size)? as f64 / 1024.0
+        ),
+        _ => "unknown (no single new stack guard page)".to_owned(),
+    };
+    println!(
+        "  {:<10} per task: linear memory dirtied and reset {:8.1} KiB, table {:6.1} KiB, \
+         stack touched {stack}",
+        guest.language,
+        metrics.unused_memory_bytes_resident() as f64 / 1024.0,
+        metrics.unused_table_bytes_resident() as f64 / 1024.0,
+    );
+    Ok(())
+}
+
+/// Where each stack in this process starts: the end of every 4 KiB
+/// inaccessible mapping directly below a read-write one (a guard page).
+fn stack_guards() -> Result<Vec<u64>> {
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let mut mappings = Vec::new();
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let range = fields.next().context("maps")?;
+        let permissions = fields.next().context("maps")?;
+        let (start, end) = range.split_once('-').context("maps")?;
+        let (start, end) = (
+            u64::from_str_radix(start, 16)?,
+            u64::from_str_radix(end, 16)?,
+        );
+        mappings.push((start, end, permissions.starts_with("---")));
+    }
+    Ok(mappings
+        .windows(2)
+        .filter(|pair| {
+            let ((start, end, none), (above, _, none_above)) = (pair[0], pair[1]);
+            none && end - start == 4096 && above == end && !none_above
+        })
+        .map(|pair| pair[0].1)
+        .collect())
+}
+
+/// The bytes of `[start, start + len)` mapped to memory now, from
+/// `/proc/self/pagemap` (bit 63 of each page's entry: present).
+fn present_bytes(start: u64, len: usize) -> Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    const PAGE: u64 = 4096;
+    let pages = len as u64 / PAGE;
+    let mut pagemap = std::fs::File::open("/proc/self/pagemap")?;
+    pagemap.seek(SeekFrom::Start(start / PAGE * 8))?;
+    let mut entries = vec![0u8; usize::try_from(pages * 8)?];
+    pagemap.read_exact(&mut entries)?;
+    let present = entries.chunks_exact(8).filter(|e| e[7] & 0x80 != 0).count();
+    Ok(present as u64 * PAGE)
+}
+
 /// The sandbox settings measured: corral's defaults, and with
 /// `CORRAL_BENCH_KEEP_RESIDENT=BYTES` the defaults with that much of each
 /// freed linear memory kept resident, side by side.
@@ -334,6 +429,7 @@ async fn overhead() -> Result<()> {
                 other / defaults
             );
         }
+        footprint(guest).await?;
     }
     Ok(())
 }

@@ -100,8 +100,14 @@ pub(crate) fn wasm_config(max_wasm_stack: usize) -> Config {
         .epoch_interruption(true)
         .wasm_backtrace_max_frames(NonZeroUsize::new(64))
         .max_wasm_stack(max_wasm_stack)
-        .async_stack_size(max_wasm_stack + (512 << 10));
+        .async_stack_size(fiber_stack_size(max_wasm_stack));
     wasm
+}
+
+/// The native stack a task's guest runs on: the guest's own maximum and
+/// room for the host functions it calls.
+pub fn fiber_stack_size(max_wasm_stack: usize) -> usize {
+    max_wasm_stack + (512 << 10)
 }
 
 /// The shared engine and linker.
@@ -151,7 +157,12 @@ impl Sandbox {
             .max_core_instance_size(1 << 20)
             .linear_memory_keep_resident(config.memory_keep_resident)
             .table_keep_resident(config.memory_keep_resident)
-            .async_stack_keep_resident(64 << 10)
+            // Fiber stacks are not zeroed between tasks (wasmtime's
+            // `async_stack_zeroing`, a defence against its own bugs: guest
+            // code cannot address the native stack), so a used stack's
+            // pages stay resident for the slot's next task: at most
+            // `fiber_stack_size` per slot, 4–8 KiB for the examples (`--bench
+            // sandbox`). Zeroing would cost a memset and a madvise per task.
             // Reset only the pages a guest dirtied (Linux 6.7+), so keeping
             // them resident costs no blanket memset and saves the page
             // faults of re-touching them in the next task.

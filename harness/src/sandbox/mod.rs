@@ -25,7 +25,7 @@ pub use classify::{listed_names, shown_name};
 pub use compile::{CompileError, CompileLimits, worker_main as compile_worker_main};
 pub use component::{LoadError, LoadedComponent};
 pub use context::TaskInfo;
-pub use engine::{PerComponent, Sandbox, SandboxConfig};
+pub use engine::{PerComponent, Sandbox, SandboxConfig, fiber_stack_size};
 pub use execute::Task;
 pub use failure::{Failure, FailureClass, Outcome, RetryPolicy};
 pub use http::{GrantError, HttpGrant, HttpHost};
