@@ -515,20 +515,43 @@ async fn in_flight() -> Result<()> {
 /// `valgrind --tool=callgrind` at two counts, the difference of the
 /// instruction counts over the difference of N is the instructions per
 /// task, repeatable where wall time is not.
-async fn count(n: usize) -> Result<()> {
+///
+/// `sandbox count N LANGUAGE` runs that language's string activity of the
+/// `overhead` bench instead of `echo-u32`, with the default memory limit.
+async fn count(n: usize, language: Option<&str>) -> Result<()> {
+    let guest = match language {
+        Some(language) => Some(
+            GUESTS
+                .iter()
+                .find(|g| g.language.eq_ignore_ascii_case(language))
+                .with_context(|| format!("no guest in {language}"))?,
+        ),
+        None => None,
+    };
     let sandbox = Sandbox::new(SandboxConfig {
         max_instances: 4,
-        max_memory: 16 << 20,
+        max_memory: if guest.is_some() { 1 << 30 } else { 16 << 20 },
         ..SandboxConfig::default()
     })?;
-    let echo = sandbox
-        .load_file(&example("echo"))
+    let file = guest.map_or("echo", |g| g.file);
+    let component = sandbox
+        .load_file(&example(file))
         .context("run examples/build.sh first")?;
-    let tenant = small_tenant(&sandbox)?;
+    let tenant = match guest {
+        Some(_) => sandbox.prepare(Tenant {
+            name: "bench".into(),
+            ..Tenant::default()
+        })?,
+        None => small_tenant(&sandbox)?,
+    };
+    let (activity, input, expected) = match guest {
+        Some(g) => (g.activity, json!("hello"), json!(g.expected)),
+        None => ("demo:echo/api.echo-u32", json!(7), json!(7)),
+    };
     for _ in 0..n {
-        let task = Task::new("demo:echo/api.echo-u32", vec![json!(7)]);
-        let out = sandbox.execute(&echo, &tenant, task).await;
-        anyhow::ensure!(out == Ok(json!(7)), "{out:?}");
+        let task = Task::new(activity, vec![input.clone()]);
+        let out = sandbox.execute(&component, &tenant, task).await;
+        anyhow::ensure!(out == Ok(expected.clone()), "{out:?}");
     }
     Ok(())
 }
@@ -543,7 +566,7 @@ fn main() -> Result<()> {
         return tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
-            .block_on(count(n));
+            .block_on(count(n, args.get(3).map(String::as_str)));
     }
     let only = |name: &str| {
         !args.iter().skip(1).any(|a| !a.starts_with('-')) || args.iter().any(|a| a == name)
