@@ -17,8 +17,9 @@
 //!    sleeping on the WASI clock at once; prints the host's resident memory
 //!    per in-flight task beyond the guest's own linear memory.
 
-#[path = "common/mod.rs"]
+#[path = "../common/mod.rs"]
 mod common;
+mod raw;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -28,11 +29,8 @@ use corral::sandbox::{
     Limits, PreparedTenant, Sandbox, SandboxConfig, Task, Tenant, fiber_stack_size,
 };
 use serde_json::json;
-use wasmtime::Store;
-use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use crate::raw::RawFloor;
 
 const ROUNDS: usize = 7;
 const TASKS_PER_ROUND: usize = 2000;
@@ -41,56 +39,9 @@ fn example(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/dist/{name}.wasm"))
 }
 
-struct Raw {
-    wasi: WasiCtx,
-    http: WasiHttpCtx,
-    table: ResourceTable,
-}
-
-impl Raw {
-    fn new() -> Self {
-        Raw {
-            wasi: WasiCtx::builder().build(),
-            http: WasiHttpCtx::new(),
-            table: ResourceTable::new(),
-        }
-    }
-}
-
-impl WasiHttpView for Raw {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView {
-            ctx: &mut self.http,
-            table: &mut self.table,
-            hooks: wasmtime_wasi_http::default_hooks(),
-        }
-    }
-}
-
-impl WasiView for Raw {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
 fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
-}
-
-/// A failure record (`corral:activity/types.failure`), for typed calls of
-/// functions that return `result<_, failure>`.
-#[derive(wasmtime::component::ComponentType, wasmtime::component::Lift)]
-#[component(record)]
-#[allow(dead_code)] // `retryable` and `details` are only lifted
-struct Failure {
-    message: String,
-    kind: String,
-    retryable: bool,
-    details: Option<String>,
 }
 
 /// One guest language's trivial activity: a string in, a string out, no
@@ -136,38 +87,6 @@ const GUESTS: [Guest; 3] = [
         expected: "HELLO",
     },
 ];
-
-/// Defines every function of the component's imports beyond WASI
-/// (`corral:activity`, `wasi:config`) as one that traps: the
-/// measured functions call none of them. (`define_unknown_imports_as_traps`
-/// would also shadow WASI interfaces imported at a newer patch version
-/// than wasmtime's, which the linker otherwise matches by semver.)
-fn stub_other_imports(linker: &mut Linker<Raw>, component: &Component) -> Result<()> {
-    let engine = component.engine();
-    for (name, item) in component.component_type().imports(engine) {
-        let other = ["corral:", "wasi:config/"]
-            .iter()
-            .any(|prefix| name.starts_with(prefix));
-        let ComponentItem::ComponentInstance(instance) = item.ty else {
-            continue;
-        };
-        if !other {
-            continue;
-        }
-        let mut stubs = linker.instance(name)?;
-        for (function, item) in instance.exports(engine) {
-            if let ComponentItem::ComponentFunc(_) = item.ty {
-                let what = format!("{name}#{function}");
-                stubs.func_new(function, move |_, _, _, _| {
-                    Err(wasmtime::Error::msg(format!(
-                        "{what} is not linked in the raw floor"
-                    )))
-                })?;
-            }
-        }
-    }
-    Ok(())
-}
 
 /// Minor page faults this process has taken so far.
 fn page_faults() -> Result<u64> {
@@ -217,47 +136,8 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
     })?;
 
     // The raw floor: same engine (pooling, fuel), same component.
-    let engine = sandbox.engine();
-    let mut linker: Linker<Raw> = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    stub_other_imports(&mut linker, component.component())?;
-    let pre = linker.instantiate_pre(component.component())?;
-    let interface = match guest.interface {
-        Some(name) => Some(
-            component
-                .component()
-                .get_export_index(None, name)
-                .context("interface")?,
-        ),
-        None => None,
-    };
-    let func = component
-        .component()
-        .get_export_index(interface.as_ref(), guest.function)
-        .context("function")?;
-    let yield_every = sandbox.config().yield_every_fuel;
-
-    let raw_task = || async {
-        let mut store = Store::new(engine, Raw::new());
-        store.set_fuel(u64::MAX)?;
-        store.fuel_async_yield_interval(Some(yield_every))?;
-        // The engine checks epochs (corral's watchdog uses them): a store
-        // must set a deadline it never reaches, or it traps at once.
-        store.set_epoch_deadline(1 << 62);
-        let instance = pre.instantiate_async(&mut store).await?;
-        let out = if guest.fallible {
-            let f =
-                instance.get_typed_func::<(&str,), (Result<String, Failure>,)>(&mut store, func)?;
-            let (out,) = f.call_async(&mut store, ("hello",)).await?;
-            out.map_err(|f| anyhow::anyhow!("{}: {}", f.kind, f.message))?
-        } else {
-            let f = instance.get_typed_func::<(&str,), (String,)>(&mut store, func)?;
-            f.call_async(&mut store, ("hello",)).await?.0
-        };
-        anyhow::ensure!(out == guest.expected, "{out}");
-        Ok::<_, anyhow::Error>(())
-    };
+    let raw = RawFloor::new(&sandbox, &component, guest)?;
+    let raw_task = || raw.task(sandbox.engine());
     let corral_task = || async {
         let task = Task::new(guest.activity, vec![json!("hello")]);
         let out = sandbox.execute(&component, &tenant, task).await;
@@ -517,8 +397,10 @@ async fn in_flight() -> Result<()> {
 /// task, repeatable where wall time is not.
 ///
 /// `sandbox count N LANGUAGE` runs that language's string activity of the
-/// `overhead` bench instead of `echo-u32`, with the default memory limit.
-async fn count(n: usize, language: Option<&str>) -> Result<()> {
+/// `overhead` bench instead of `echo-u32`, with the default memory limit;
+/// `sandbox count N LANGUAGE raw` runs the raw floor of the same activity,
+/// so the two paths compare instruction by instruction.
+async fn count(n: usize, language: Option<&str>, raw: bool) -> Result<()> {
     let guest = match language {
         Some(language) => Some(
             GUESTS
@@ -544,6 +426,13 @@ async fn count(n: usize, language: Option<&str>) -> Result<()> {
         })?,
         None => small_tenant(&sandbox)?,
     };
+    if let (Some(guest), true) = (guest, raw) {
+        let raw = RawFloor::new(&sandbox, &component, guest)?;
+        for _ in 0..n {
+            raw.task(sandbox.engine()).await?;
+        }
+        return Ok(());
+    }
     let (activity, input, expected) = match guest {
         Some(g) => (g.activity, json!("hello"), json!(g.expected)),
         None => ("demo:echo/api.echo-u32", json!(7), json!(7)),
@@ -566,7 +455,11 @@ fn main() -> Result<()> {
         return tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
-            .block_on(count(n, args.get(3).map(String::as_str)));
+            .block_on(count(
+                n,
+                args.get(3).map(String::as_str),
+                args.get(4).is_some_and(|a| a == "raw"),
+            ));
     }
     let only = |name: &str| {
         !args.iter().skip(1).any(|a| !a.starts_with('-')) || args.iter().any(|a| a == name)
