@@ -106,6 +106,13 @@ pub(crate) fn wasm_config(max_wasm_stack: usize) -> Config {
 
 /// The native stack a task's guest runs on: the guest's own maximum and
 /// room for the host functions it calls.
+///
+/// Fiber stacks are not zeroed between tasks (wasmtime's
+/// `async_stack_zeroing`, a defence against its own bugs: guest code cannot
+/// address the native stack), so a used stack's pages stay resident for its
+/// pool slot's next task: at most this much per slot, 4–8 KiB for the
+/// examples (`--bench sandbox`). Zeroing would cost a memset and a madvise
+/// per task.
 pub fn fiber_stack_size(max_wasm_stack: usize) -> usize {
     max_wasm_stack + (512 << 10)
 }
@@ -157,12 +164,6 @@ impl Sandbox {
             .max_core_instance_size(1 << 20)
             .linear_memory_keep_resident(config.memory_keep_resident)
             .table_keep_resident(config.memory_keep_resident)
-            // Fiber stacks are not zeroed between tasks (wasmtime's
-            // `async_stack_zeroing`, a defence against its own bugs: guest
-            // code cannot address the native stack), so a used stack's
-            // pages stay resident for the slot's next task: at most
-            // `fiber_stack_size` per slot, 4–8 KiB for the examples (`--bench
-            // sandbox`). Zeroing would cost a memset and a madvise per task.
             // Reset only the pages a guest dirtied (Linux 6.7+), so keeping
             // them resident costs no blanket memset and saves the page
             // faults of re-touching them in the next task.

@@ -130,10 +130,7 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
     let component = sandbox
         .load_file(&example(guest.file))
         .with_context(|| format!("{}: run examples/build.sh first", guest.file))?;
-    let tenant = sandbox.prepare(Tenant {
-        name: "bench".into(),
-        ..Tenant::default()
-    })?;
+    let tenant = bench_tenant(&sandbox)?;
 
     // The raw floor: same engine (pooling, fuel), same component.
     let raw = RawFloor::new(&sandbox, &component, guest)?;
@@ -192,10 +189,7 @@ async fn footprint(guest: &Guest) -> Result<()> {
         .filter(|g| !guards.contains(g))
         .collect();
     let component = sandbox.load_file(&example(guest.file))?;
-    let tenant = sandbox.prepare(Tenant {
-        name: "bench".into(),
-        ..Tenant::default()
-    })?;
+    let tenant = bench_tenant(&sandbox)?;
     let metrics = sandbox
         .engine()
         .pooling_allocator_metrics()
@@ -314,6 +308,14 @@ async fn overhead() -> Result<()> {
     Ok(())
 }
 
+/// The bench tenant with the default limits.
+fn bench_tenant(sandbox: &Sandbox) -> Result<PreparedTenant> {
+    Ok(sandbox.prepare(Tenant {
+        name: "bench".into(),
+        ..Tenant::default()
+    })?)
+}
+
 /// The bench tenant with 16 MiB of memory, for the small pools.
 fn small_tenant(sandbox: &Sandbox) -> Result<PreparedTenant> {
     Ok(sandbox.prepare(Tenant {
@@ -420,10 +422,7 @@ async fn count(n: usize, language: Option<&str>, raw: bool) -> Result<()> {
         .load_file(&example(file))
         .context("run examples/build.sh first")?;
     let tenant = match guest {
-        Some(_) => sandbox.prepare(Tenant {
-            name: "bench".into(),
-            ..Tenant::default()
-        })?,
+        Some(_) => bench_tenant(&sandbox)?,
         None => small_tenant(&sandbox)?,
     };
     if let (Some(guest), true) = (guest, raw) {

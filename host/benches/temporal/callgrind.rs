@@ -17,7 +17,7 @@ use anyhow::{Context, Result, bail};
 use temporalio_client::Client;
 
 use crate::common::Process;
-use crate::{ACTIVITY, compression, native};
+use crate::{ACTIVITY, compression, native, serve_config};
 
 /// Tasks at once: corral's host slots, so its instance pool (two 4 GiB
 /// memory reservations a slot) fits in what valgrind can map.
@@ -100,14 +100,7 @@ pub async fn bench(
     let config = dir.join("callgrind.toml");
     std::fs::write(
         &config,
-        format!(
-            "[host]\nmax_concurrent = {CONCURRENCY}\n[[tenant]]\nname = \"bench\"\n\
-             temporal = {{ address = \"http://{address}\", task_queue = \"corral\", \
-             compression = \"{}\" }}\n\
-             limits = {{ max_concurrent = {CONCURRENCY} }}\ncomponents = [{:?}]\n",
-            compression(),
-            echo.display().to_string()
-        ),
+        serve_config(&echo, address, "corral", CONCURRENCY, ""),
     )?;
     let me = std::env::current_exe()?;
     let mut workers = vec![under_callgrind(
@@ -243,9 +236,7 @@ fn category(f: &Function) -> &'static str {
         n if n.starts_with("temporalio") || n.starts_with("temporal_") => {
             "Temporal worker core, SDK"
         }
-        n if n.starts_with("wasmtime") || n.starts_with("cranelift") || n == "wasmtime" => {
-            "wasmtime"
-        }
+        n if n.starts_with("wasmtime") || n.starts_with("cranelift") => "wasmtime",
         "corral" | "corral_harness" => "corral",
         "serde_json" | "serde" => "JSON",
         n if n.starts_with("tracing") || n.starts_with("opentelemetry") => "tracing",

@@ -112,6 +112,26 @@ fn compression() -> &'static str {
     }
 }
 
+/// A `corral serve` configuration: one tenant serving the `echo`
+/// component on `queue`, `concurrency` at a time (the host's and the
+/// tenant's limit), with `host_extra` added to `[host]`.
+pub(crate) fn serve_config(
+    echo: &std::path::Path,
+    address: &str,
+    queue: &str,
+    concurrency: usize,
+    host_extra: &str,
+) -> String {
+    format!(
+        "[host]\nmax_concurrent = {concurrency}\n{host_extra}[[tenant]]\nname = \"bench\"\n\
+         temporal = {{ address = \"http://{address}\", task_queue = \"{queue}\", \
+         compression = \"{}\" }}\n\
+         limits = {{ max_concurrent = {concurrency} }}\ncomponents = [{:?}]\n",
+        compression(),
+        echo.display().to_string()
+    )
+}
+
 /// [`compression`] as the client library spells it.
 fn grpc_compression() -> GrpcCompression {
     match compression() {
@@ -228,14 +248,7 @@ async fn bench() -> Result<()> {
         };
         std::fs::write(
             &config,
-            format!(
-                "[host]\nmax_concurrent = {CONCURRENCY}\n{tracing}[[tenant]]\nname = \"bench\"\n\
-                 temporal = {{ address = \"http://{address}\", task_queue = \"{name}\", \
-                 compression = \"{}\" }}\n\
-                 limits = {{ max_concurrent = {CONCURRENCY} }}\ncomponents = [{:?}]\n",
-                compression(),
-                echo.display().to_string()
-            ),
+            serve_config(&echo, &address, name, CONCURRENCY, &tracing),
         )?;
         let process = Command::new(binary)
             .args(["serve", "--config", &config.display().to_string()])
