@@ -70,29 +70,31 @@ pub(crate) struct TaskState {
     pub(crate) secrets: Arc<Secrets>,
     pub(crate) limiter: Limiter,
     pub(crate) capture: Arc<Mutex<Capture>>,
-    pub(crate) info: types::ActivityInfo,
+    /// The attempt, moved from the task: `info()` builds the guest's
+    /// record from it only when the guest asks.
+    pub(crate) info: TaskInfo,
+    pub(crate) deadline_unix_ms: Option<u64>,
     pub(crate) cancel: CancellationToken,
     pub(crate) observer: Arc<dyn TaskObserver>,
     pub(crate) heartbeats: u32,
     pub(crate) max_details: usize,
-    pub(crate) labels: TaskLabels,
+    pub(crate) labels: Arc<TaskLabels>,
     pub(crate) watchdog: Watchdog,
 }
 
-/// What the guest's `info()` returns for this attempt.
-pub(crate) fn activity_info(
-    activity_type: &str,
-    info: &TaskInfo,
-    deadline_unix_ms: Option<u64>,
-) -> types::ActivityInfo {
-    types::ActivityInfo {
-        activity_type: activity_type.to_owned(),
-        activity_id: info.activity_id.clone(),
-        workflow_id: info.workflow_id.clone(),
-        attempt: info.attempt,
-        tenant: info.tenant.clone(),
-        deadline_unix_ms,
-        last_heartbeat: info.last_heartbeat.as_ref().map(Value::to_string),
+impl TaskState {
+    /// What the guest's `info()` returns for this attempt.
+    fn activity_info(&self) -> types::ActivityInfo {
+        let info = &self.info;
+        types::ActivityInfo {
+            activity_type: self.labels.activity_type.clone(),
+            activity_id: info.activity_id.clone(),
+            workflow_id: info.workflow_id.clone(),
+            attempt: info.attempt,
+            tenant: info.tenant.clone(),
+            deadline_unix_ms: self.deadline_unix_ms,
+            last_heartbeat: info.last_heartbeat.as_ref().map(Value::to_string),
+        }
     }
 }
 
@@ -119,7 +121,7 @@ impl types::Host for TaskState {}
 
 impl context::Host for TaskState {
     fn info(&mut self) -> wasmtime::Result<types::ActivityInfo> {
-        Ok(self.info.clone())
+        Ok(self.activity_info())
     }
 
     fn heartbeat(&mut self, details: Option<String>) -> wasmtime::Result<()> {
@@ -167,7 +169,7 @@ impl context::Host for TaskState {
             tenant,
             activity_type,
             activity_id,
-        } = &self.labels;
+        } = &*self.labels;
         macro_rules! emit {
             ($lvl:ident) => {
                 tracing::$lvl!(target: "corral::guest", %tenant, %activity_type, %activity_id, "{message}")

@@ -2,7 +2,7 @@
 //! the call raced against its deadline and cancellation, and however it
 //! ends classified into an [`Outcome`].
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -15,7 +15,7 @@ use wasmtime_wasi_http::WasiHttpCtx;
 
 use super::classify::{Evidence, classify, listed_names, shown_name};
 use super::component::LoadedComponent;
-use super::context::{TaskInfo, TaskState, activity_info};
+use super::context::{TaskInfo, TaskState};
 use super::convert::{self, from_json, to_json};
 use super::engine::Sandbox;
 use super::failure::{Failure, FailureClass, Outcome, RetryPolicy};
@@ -56,10 +56,13 @@ impl Task {
             },
             deadline: None,
             cancel: CancellationToken::new(),
-            observer: Arc::new(Unobserved),
+            observer: UNOBSERVED.clone(),
         }
     }
 }
+
+/// One observer for every unobserved task, not one allocation per task.
+static UNOBSERVED: LazyLock<Arc<dyn TaskObserver>> = LazyLock::new(|| Arc::new(Unobserved));
 
 /// An epoch deadline that is never reached: nothing advances the engine's
 /// epoch, so the epoch check fires only when the watchdog asks for a yield.
@@ -126,11 +129,12 @@ impl Sandbox {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let labels = TaskLabels {
+        // Shared by the output capture, the HTTP policy and the store.
+        let labels = Arc::new(TaskLabels {
             tenant: tenant.name.clone(),
             activity_type: activity.name.clone(),
             activity_id: task.info.activity_id.clone(),
-        };
+        });
         let secrets = tenant.capabilities.secrets.clone();
         let capture = Capture::new(
             labels.clone(),
@@ -168,7 +172,8 @@ impl Sandbox {
             secrets: secrets.clone(),
             limiter: Limiter::new(limits),
             capture: capture.clone(),
-            info: activity_info(&activity.name, &task.info, deadline_unix_ms),
+            info: task.info,
+            deadline_unix_ms,
             cancel: task.cancel.clone(),
             observer: task.observer.clone(),
             heartbeats: 0,
@@ -221,7 +226,8 @@ impl Sandbox {
             ));
         }
 
-        let mut results = vec![Val::Bool(false); usize::from(activity.result.is_some())];
+        let mut result = [Val::Bool(false)];
+        let results = &mut result[..usize::from(activity.result.is_some())];
         let observer = task.observer.clone();
         let ended = {
             let call = async {
@@ -236,7 +242,7 @@ impl Sandbox {
                     .ok_or_else(|| {
                         wasmtime::Error::msg(format!("export `{}` vanished", activity.name))
                     })?;
-                func.call_async(&mut store, &params, &mut results)
+                func.call_async(&mut store, &params, results)
                     .instrument(tracing::info_span!("guest"))
                     .await
             };

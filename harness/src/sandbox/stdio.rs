@@ -37,7 +37,7 @@ pub struct TaskLabels {
 
 /// The budget and bookkeeping shared by both streams of one task.
 pub(crate) struct Capture {
-    labels: TaskLabels,
+    labels: Arc<TaskLabels>,
     observer: Arc<dyn TaskObserver>,
     /// Redacted from every line.
     secrets: Arc<Secrets>,
@@ -49,7 +49,7 @@ pub(crate) struct Capture {
 
 impl Capture {
     pub(crate) fn new(
-        labels: TaskLabels,
+        labels: Arc<TaskLabels>,
         observer: Arc<dyn TaskObserver>,
         secrets: Arc<Secrets>,
         budget: usize,
@@ -118,7 +118,7 @@ impl Capture {
             tenant,
             activity_type,
             activity_id,
-        } = &self.labels;
+        } = &*self.labels;
         tracing::info!(target: "corral::guest", %tenant, %activity_type, %activity_id, %stream, "{line}");
         self.observer.output(stream, &line);
     }
@@ -136,7 +136,7 @@ impl Capture {
                 tenant,
                 activity_type,
                 activity_id,
-            } = &self.labels;
+            } = &*self.labels;
             tracing::warn!(
                 target: "corral::guest", %tenant, %activity_type, %activity_id,
                 dropped_bytes = self.dropped,
@@ -267,7 +267,7 @@ mod tests {
         let lines = Arc::new(Lines::default());
         // Room for three lines of five, four and five bytes.
         let budget = 3 * LINE_COST + 14;
-        let capture = Capture::new(TaskLabels::default(), lines.clone(), Arc::default(), budget);
+        let capture = Capture::new(Arc::default(), lines.clone(), Arc::default(), budget);
         let out = GuestOutput::new(Stream::Stdout, &capture);
         let err = GuestOutput::new(Stream::Stderr, &capture);
         out.write_all(b"hello\nwor");
@@ -291,7 +291,7 @@ mod tests {
     fn empty_lines_cost_their_overhead() {
         let lines = Arc::new(Lines::default());
         let capture = Capture::new(
-            TaskLabels::default(),
+            Arc::default(),
             lines.clone(),
             Arc::default(),
             10 * LINE_COST,
@@ -306,12 +306,7 @@ mod tests {
     #[test]
     fn long_lines_are_split_at_the_line_limit() {
         let lines = Arc::new(Lines::default());
-        let capture = Capture::new(
-            TaskLabels::default(),
-            lines.clone(),
-            Arc::default(),
-            1 << 20,
-        );
+        let capture = Capture::new(Arc::default(), lines.clone(), Arc::default(), 1 << 20);
         let out = GuestOutput::new(Stream::Stdout, &capture);
         out.write_all(&vec![b'x'; MAX_LINE * 2 + 1]);
         lock(&capture).finish();

@@ -119,7 +119,7 @@ pub(crate) struct HttpPolicy {
     max_requests: u32,
     /// Body bytes the task may still move (`limits.max_http_bytes`).
     bytes: Arc<ByteBudget>,
-    labels: TaskLabels,
+    labels: Arc<TaskLabels>,
     refusals: Arc<Mutex<Vec<String>>>,
 }
 
@@ -129,7 +129,7 @@ impl HttpPolicy {
         secrets: Arc<Secrets>,
         max_requests: u32,
         max_bytes: u64,
-        labels: TaskLabels,
+        labels: Arc<TaskLabels>,
     ) -> Self {
         HttpPolicy {
             grants,
@@ -152,7 +152,7 @@ impl HttpPolicy {
             tenant,
             activity_type,
             activity_id,
-        } = &self.labels;
+        } = &*self.labels;
         let message = refusal.to_string();
         // A guest may ask again and again: the host's log gets each of the
         // first few distinct refusals once, the rest only at debug.
@@ -304,7 +304,7 @@ mod tests {
             Arc::default(),
             1,
             0,
-            TaskLabels::default(),
+            Arc::default(),
         )
     }
 
