@@ -445,6 +445,9 @@ async fn count(n: usize, language: Option<&str>, raw: bool) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    // The `corral` binary's allocator settings, so both paths run as they
+    // would in it.
+    corral::keep_transient_buffers_in_the_heap();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("count") {
         let n = args
