@@ -134,6 +134,85 @@ aliases = {{ Greet = "demo:greeter/api.greet" }}
     }
 }
 
+/// A guest deep in its stack in every host slot at once, three times over:
+/// what stays resident after each round (the native stack a slot keeps for
+/// its next task, the linear memory its pool keeps) is within the bounds
+/// the README states per slot, and a second and third round in the same
+/// slots add nothing.
+#[test]
+fn deep_stacks_in_every_slot_stay_within_the_per_slot_bound() {
+    const SLOTS: u64 = 4;
+    let server = TemporalServer::start();
+    let queue = unique("deep");
+    let metrics = free_port();
+    let release = tempfile::tempdir().unwrap();
+    let corral = Corral::serve(&format!(
+        r#"
+[host]
+max_concurrent = {SLOTS}
+metrics_listen = "127.0.0.1:{metrics}"
+
+[[tenant]]
+name = "deep"
+temporal = {{ address = "http://{address}", task_queue = "{queue}" }}
+limits = {{ max_concurrent = {SLOTS} }}
+capabilities = {{ dirs = [{{ host = {release:?}, guest = "/release", mode = "ro" }}] }}
+components = [{hostile:?}]
+"#,
+        address = server.address(),
+        release = path(release.path()),
+        hostile = path(&hostile_guest("hostile")),
+    ));
+    // Compiled and one slot used before the baseline.
+    execute_completed(
+        &server,
+        &corral,
+        &queue,
+        "demo:hostile/api.random-once",
+        &["16"],
+    );
+    let before = corral.status_kib("VmRSS");
+
+    let in_flight = r#"corral_tasks_in_flight{tenant="deep"}"#;
+    let mut after = Vec::new();
+    for round in 0..3 {
+        let flag = format!("round-{round}");
+        let release_path = format!("\"/release/{flag}\"");
+        let tasks: Vec<String> = (0..SLOTS)
+            .map(|_| {
+                start(
+                    &server,
+                    &queue,
+                    "demo:hostile/api.deep-until",
+                    &["14000", &release_path],
+                    &["--retry-maximum-attempts", "1"],
+                )
+            })
+            .collect();
+        // Every slot holds a task before any may return.
+        await_sample(metrics, in_flight, SLOTS as f64);
+        std::fs::write(release.path().join(&flag), "").unwrap();
+        for id in &tasks {
+            let out = outcome(&server, id);
+            assert_eq!(out["result"], 14000, "{out}\n{}", corral.stderr());
+        }
+        after.push(corral.status_kib("VmRSS"));
+    }
+    eprintln!("resident: {before} KiB before, {after:?} KiB after each round");
+    // Per slot: 1.5 MiB of native stack and the 1 MiB of linear memory the
+    // pool keeps resident; 8 MiB for the host's own bookkeeping.
+    let bound = SLOTS * (1536 + 1024) + 8 * 1024;
+    assert!(
+        after[0] - before <= bound,
+        "the first round grew the host by {} KiB, over {bound} KiB",
+        after[0] - before
+    );
+    assert!(
+        after[2] <= after[0] + 2048,
+        "the same slots grew the host again: {after:?} KiB"
+    );
+}
+
 /// One HTTP/2 connection, `streams` calls to `/corral.v1.Admin/Run` without
 /// a token, each announcing a 4,000,000-byte message and sending 1 MiB of
 /// it; the `grpc-status` of each answer.

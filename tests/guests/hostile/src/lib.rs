@@ -82,6 +82,14 @@ impl Guest for Hostile {
         (0..n).collect()
     }
 
+    fn deep_until(depth: u32, release: String) -> u32 {
+        let reached = descend(u64::from(depth));
+        while std::fs::metadata(&release).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        reached as u32
+    }
+
     fn hold_files(path: String, count: u32) -> Result<u32, String> {
         let mut held = Vec::new();
         for opened in 0..count {
@@ -93,6 +101,21 @@ impl Guest for Hostile {
         black_box(&held);
         Ok(held.len() as u32)
     }
+}
+
+/// One frame of `deep_until`: eight values live across the call, which
+/// the host keeps on the native stack (wasm locals, not linear memory).
+fn descend(depth: u64) -> u64 {
+    if depth == 0 {
+        return 0;
+    }
+    let (a, b, c, d) = (depth ^ 1, depth.rotate_left(2), depth.rotate_left(3), !depth);
+    let (e, f, g, h) = (depth * 5, depth * 7, depth.rotate_left(5), depth ^ 0xff);
+    let below = descend(depth - 1);
+    let mixed = a ^ b.rotate_right(1) ^ c.rotate_right(2) ^ d.rotate_right(3)
+        ^ e.rotate_right(4) ^ f.rotate_right(5) ^ g.rotate_right(6) ^ h.rotate_right(7);
+    // Opaque to the optimiser, so the values and the frame stay.
+    below + u64::from(black_box(mixed) != u64::MAX)
 }
 
 export!(Hostile);
