@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -73,7 +74,6 @@ pub(crate) struct TaskState {
     /// The attempt, moved from the task: `info()` builds the guest's
     /// record from it only when the guest asks.
     pub(crate) info: TaskInfo,
-    pub(crate) deadline_unix_ms: Option<u64>,
     pub(crate) cancel: CancellationToken,
     pub(crate) observer: Arc<dyn TaskObserver>,
     pub(crate) heartbeats: u32,
@@ -92,10 +92,24 @@ impl TaskState {
             workflow_id: info.workflow_id.clone(),
             attempt: info.attempt,
             tenant: info.tenant.clone(),
-            deadline_unix_ms: self.deadline_unix_ms,
+            deadline_unix_ms: self.watchdog.deadline().map(unix_ms),
             last_heartbeat: info.last_heartbeat.as_ref().map(Value::to_string),
         }
     }
+}
+
+/// The wall-clock time of `at`, in milliseconds since the Unix epoch:
+/// worked out only when a guest asks, not for every task.
+fn unix_ms(at: Instant) -> u64 {
+    let (now, wall) = (Instant::now(), SystemTime::now());
+    let wall_at = if at >= now {
+        wall.checked_add(at - now)
+    } else {
+        wall.checked_sub(now - at)
+    };
+    wall_at
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl WasiView for TaskState {
@@ -184,5 +198,30 @@ impl context::Host for TaskState {
         }
         self.observer.log(level, &message);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    use super::unix_ms;
+
+    #[test]
+    fn unix_ms_is_the_wall_clock_time_of_an_instant_ahead_or_behind() {
+        let minute = Duration::from_secs(60);
+        let wall_ms = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+        let ahead = unix_ms(Instant::now() + minute);
+        assert!(
+            ahead.abs_diff(wall_ms(SystemTime::now() + minute)) < 1_000,
+            "{ahead}"
+        );
+        if let Some(past) = Instant::now().checked_sub(minute) {
+            let behind = unix_ms(past);
+            assert!(
+                behind.abs_diff(wall_ms(SystemTime::now() - minute)) < 1_000,
+                "{behind}"
+            );
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! ends classified into an [`Outcome`].
 
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -149,11 +149,6 @@ impl Sandbox {
             Ok(wasi) => wasi,
             Err(e) => return Err(Failure::new(FailureClass::Host, policy, e.to_string())),
         };
-        let deadline_unix_ms = timeout.map(|t| {
-            (SystemTime::now() + t)
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64)
-        });
         let started = Instant::now();
         let mut table = ResourceTable::new();
         table.set_max_capacity(limits.max_handles);
@@ -173,7 +168,6 @@ impl Sandbox {
             limiter: Limiter::new(limits),
             capture: capture.clone(),
             info: task.info,
-            deadline_unix_ms,
             cancel: task.cancel.clone(),
             observer: task.observer.clone(),
             heartbeats: 0,

@@ -70,6 +70,11 @@ impl Watchdog {
         }
     }
 
+    /// When the task's deadline passes, if it has one.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline.map(|(at, _)| at)
+    }
+
     /// Checks the task at a call from the guest into the host, at `now`,
     /// with the task `cancelled` or not.
     pub(crate) fn on_host_call(&mut self, now: Instant, cancelled: bool) -> Verdict {
