@@ -109,11 +109,22 @@ fn descend(depth: u64) -> u64 {
     if depth == 0 {
         return 0;
     }
-    let (a, b, c, d) = (depth ^ 1, depth.rotate_left(2), depth.rotate_left(3), !depth);
+    let (a, b, c, d) = (
+        depth ^ 1,
+        depth.rotate_left(2),
+        depth.rotate_left(3),
+        !depth,
+    );
     let (e, f, g, h) = (depth * 5, depth * 7, depth.rotate_left(5), depth ^ 0xff);
     let below = descend(depth - 1);
-    let mixed = a ^ b.rotate_right(1) ^ c.rotate_right(2) ^ d.rotate_right(3)
-        ^ e.rotate_right(4) ^ f.rotate_right(5) ^ g.rotate_right(6) ^ h.rotate_right(7);
+    let mixed = a
+        ^ b.rotate_right(1)
+        ^ c.rotate_right(2)
+        ^ d.rotate_right(3)
+        ^ e.rotate_right(4)
+        ^ f.rotate_right(5)
+        ^ g.rotate_right(6)
+        ^ h.rotate_right(7);
     // Opaque to the optimiser, so the values and the frame stay.
     below + u64::from(black_box(mixed) != u64::MAX)
 }
