@@ -7,7 +7,8 @@
 //!    (componentize-py) and a JavaScript (componentize-js) guest, against a
 //!    raw wasmtime loop (fresh store + instantiate from an `InstancePre` +
 //!    typed call) on the very same engine, interleaved in one run. Prints
-//!    both in µs and page faults per task, and their ratio; then, per
+//!    both in µs and page faults per task, and their ratio (of the medians,
+//!    and the median of each round against the raw round before it); then, per
 //!    guest, what one task dirties for the pool to reset (linear memory,
 //!    tables) and the native stack it touches.
 //!    `CORRAL_BENCH_GUESTS=rust,python` measures only those;
@@ -159,11 +160,24 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
         full.round(tasks, corral_task).await?;
     }
     let ((raw_us, raw_faults), (full_us, full_faults)) = (raw.medians(), full.medians());
+    // Each round's corral figure against the raw round just before it: the
+    // machine's speed drifts between rounds more than within a pair.
+    let paired: Vec<f64> = full
+        .micros
+        .iter()
+        .zip(&raw.micros)
+        .map(|(full, raw)| full / raw)
+        .collect();
+    let (low, high) = paired
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
     println!(
         "  {:<10} {label:<22} raw {raw_us:9.2} µs {raw_faults:7.1} faults | corral \
-         {full_us:9.2} µs {full_faults:7.1} faults | ratio {:.3}",
+         {full_us:9.2} µs {full_faults:7.1} faults | ratio {:.3}, per round median {:.3} \
+         ({low:.3}–{high:.3})",
         guest.language,
-        full_us / raw_us
+        full_us / raw_us,
+        median(paired.clone()),
     );
     Ok(full_us)
 }
