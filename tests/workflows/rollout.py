@@ -19,6 +19,8 @@ import sys
 import uuid
 from datetime import timedelta
 
+import sdk_exit
+
 from temporalio import workflow
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
@@ -107,4 +109,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sdk_exit.run(main)

@@ -7,12 +7,11 @@ Prints the workflow's result as JSON on stdout.
 """
 
 import argparse
-import asyncio
 import json
-import os
-import sys
 import uuid
 from datetime import timedelta
+
+import sdk_exit
 
 from temporalio import workflow
 from temporalio.client import Client
@@ -57,10 +56,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
-    # The SDK's Rust bridge keeps runtime threads that can abort CPython's
-    # finalization ("PyGILState_Release: thread state ... must be current",
-    # temporalio/sdk-python#300) after the result is already printed. Skip the
-    # teardown: nothing is left to clean up.
-    sys.stdout.flush()
-    os._exit(0)
+    sdk_exit.run(main)

@@ -10,10 +10,11 @@ and parent span id in hex, to compare with the spans corral exported.
 """
 
 import argparse
-import asyncio
 import json
 import uuid
 from datetime import timedelta
+
+import sdk_exit
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -71,4 +72,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sdk_exit.run(main)
