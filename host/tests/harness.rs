@@ -18,11 +18,7 @@ use common::{host, load};
 async fn activity_types_are_listed_with_their_signatures() {
     let host = host().build().unwrap();
     let greeter = load(&host, "greeter");
-    let names: Vec<&str> = greeter
-        .activity_types()
-        .iter()
-        .map(|a| a.name.as_str())
-        .collect();
+    let names: Vec<&str> = greeter.activity_types().iter().map(|a| &*a.name).collect();
     assert_eq!(
         names,
         ["demo:greeter/api.greet", "demo:greeter/api.greet-all"]
@@ -34,11 +30,7 @@ async fn activity_types_are_listed_with_their_signatures() {
          language: enum { english, french, german } }>) -> list<string>"
     );
     let python = load(&host, "python-shout");
-    let names: Vec<&str> = python
-        .activity_types()
-        .iter()
-        .map(|a| a.name.as_str())
-        .collect();
+    let names: Vec<&str> = python.activity_types().iter().map(|a| &*a.name).collect();
     assert_eq!(
         names,
         ["greet", "shout", "shout-checked", "remember", "count"],

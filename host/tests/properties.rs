@@ -131,7 +131,7 @@ fn echoed_types(echo: &TestComponent) -> Vec<(String, Type)> {
     echo.activity_types()
         .iter()
         .filter(|a| a.name.starts_with("demo:echo/api.echo-"))
-        .map(|a| (a.name.clone(), a.params[0].1.clone()))
+        .map(|a| (a.name.to_string(), a.params[0].1.clone()))
         .collect()
 }
 

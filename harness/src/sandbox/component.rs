@@ -52,7 +52,7 @@ impl LoadedComponent {
 
     /// The activity type called `name`.
     pub fn activity(&self, name: &str) -> Option<&ActivityType> {
-        self.activities.iter().find(|a| a.name == name)
+        self.activities.iter().find(|a| *a.name == *name)
     }
 }
 

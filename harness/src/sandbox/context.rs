@@ -87,7 +87,7 @@ impl TaskState {
     fn activity_info(&self) -> types::ActivityInfo {
         let info = &self.info;
         types::ActivityInfo {
-            activity_type: self.labels.activity_type.clone(),
+            activity_type: self.labels.activity_type.to_string(),
             activity_id: info.activity_id.clone(),
             workflow_id: info.workflow_id.clone(),
             attempt: info.attempt,

@@ -88,7 +88,7 @@ impl Sandbox {
         let limits = &tenant.limits;
         let Some(activity) = component.activity(&task.activity_type) else {
             // The names are the guest's: bounded in number and length.
-            let known = listed_names(component.activities.iter().map(|a| a.name.as_str()));
+            let known = listed_names(component.activities.iter().map(|a| &*a.name));
             return Err(Failure::new(
                 FailureClass::UnknownActivity,
                 policy,
@@ -131,7 +131,7 @@ impl Sandbox {
         };
         // Shared by the output capture, the HTTP policy and the store.
         let labels = Arc::new(TaskLabels {
-            tenant: tenant.name.clone(),
+            tenant: tenant.label.clone(),
             activity_type: activity.name.clone(),
             activity_id: task.info.activity_id.clone(),
         });
@@ -193,17 +193,19 @@ impl Sandbox {
             match state.watchdog.on_host_call(Instant::now(), cancelled) {
                 Verdict::Continue => Ok(()),
                 Verdict::Yield => {
+                    // The yield is armed only when asked for: a task
+                    // that never needs one allocates no callback.
+                    store.epoch_deadline_async_yield_and_update(NEVER);
                     store.set_epoch_deadline(0);
                     Ok(())
                 }
                 Verdict::Stop(interrupt) => Err(wasmtime::Error::new(interrupt)),
             }
         });
-        store.epoch_deadline_async_yield_and_update(NEVER);
         // A store's epoch deadline starts at 0, already reached: without
-        // this every task yielded to the runtime at its first epoch check
-        // (arming the deadline timer and the cancel wait, parking, resuming
-        // the fiber), about 2,000 instructions per task for nothing.
+        // this every task stopped at its first epoch check. Until the
+        // watchdog asks for a yield (above), reaching it would trap; it is
+        // never reached, as nothing advances the engine's epoch.
         store.set_epoch_deadline(NEVER);
         // The tenant's CPU budget, and a yield to the runtime every so much
         // fuel: this is what lets the deadline and cancellation below end a

@@ -3,6 +3,7 @@
 //! for `corral inspect`.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde::Serialize;
 use wasmtime::Engine;
@@ -12,8 +13,9 @@ use wasmtime::component::{Component, ComponentExportIndex};
 /// One exported function that can run as an activity.
 #[derive(Debug, Clone)]
 pub struct ActivityType {
-    /// `demo:greeter/api.greet`, or `greet` for a world-level export.
-    pub name: String,
+    /// `demo:greeter/api.greet`, or `greet` for a world-level export:
+    /// shared, not copied, by every task's log labels.
+    pub name: Arc<str>,
     pub params: Vec<(String, Type)>,
     /// `None` for a function without a result.
     pub result: Option<Type>,
@@ -38,7 +40,7 @@ impl ActivityType {
     /// The `corral inspect --json` shape of this activity type.
     pub fn describe(&self) -> ActivityDescription {
         ActivityDescription {
-            name: self.name.clone(),
+            name: self.name.to_string(),
             params: self
                 .params
                 .iter()
@@ -154,7 +156,7 @@ fn classify(
             reason: "the export cannot be looked up".to_owned(),
         }),
         (None, Some(export)) => {
-            if found.iter().any(|a: &ActivityType| a.name == name) {
+            if found.iter().any(|a: &ActivityType| *a.name == name) {
                 unsupported.push(UnsupportedExport {
                     name,
                     reason: "another export already has this name (two versions of one interface?)"
@@ -162,7 +164,7 @@ fn classify(
                 });
             } else {
                 found.push(ActivityType {
-                    name,
+                    name: name.into(),
                     params,
                     result: results.into_iter().next(),
                     export,

@@ -30,8 +30,8 @@ pub(crate) const LINE_COST: usize = 64;
 /// Who is writing, for log fields.
 #[derive(Debug, Clone, Default)]
 pub struct TaskLabels {
-    pub tenant: String,
-    pub activity_type: String,
+    pub tenant: Arc<str>,
+    pub activity_type: Arc<str>,
     pub activity_id: String,
 }
 

@@ -100,6 +100,8 @@ pub struct PreparedTenant {
     config: Arc<WasiConfigVariables>,
     /// The environment: the tenant's `env` and each secret's placeholder.
     env: Arc<[(String, String)]>,
+    /// The tenant's name, shared, not copied, by every task's log labels.
+    pub(crate) label: Arc<str>,
 }
 
 impl std::fmt::Debug for PreparedTenant {
@@ -148,6 +150,7 @@ impl Sandbox {
         let env = guest_env(&tenant.capabilities)?;
         let config = guest_config(&tenant.capabilities, &[])?;
         Ok(PreparedTenant {
+            label: tenant.name.as_str().into(),
             tenant,
             dirs: dirs.into(),
             config,

@@ -156,20 +156,20 @@ impl Registry {
                 )
             };
             for activity in &component.activities {
-                if let Some(existing) = routes.get(&activity.name) {
+                if let Some(existing) = routes.get(&*activity.name) {
                     return Err(RouteError::Duplicate {
                         tenant: name.clone(),
-                        activity: activity.name.clone(),
+                        activity: activity.name.to_string(),
                         first: existing.component.digest.clone(),
                         second: component.digest.clone(),
                     });
                 }
                 routes.insert(
-                    activity.name.clone(),
+                    activity.name.to_string(),
                     Route {
                         tenant: runs_as.clone(),
                         component: component.clone(),
-                        activity: activity.name.clone(),
+                        activity: activity.name.to_string(),
                     },
                 );
             }

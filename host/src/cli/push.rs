@@ -45,7 +45,7 @@ pub async fn push(args: Args) -> ExitCode {
     let activities: Vec<_> = component
         .activities
         .iter()
-        .map(|a| json!({ "name": a.name, "signature": a.signature() }))
+        .map(|a| json!({ "name": &*a.name, "signature": a.signature() }))
         .collect();
     let annotations = BTreeMap::from([(
         ACTIVITY_TYPES_ANNOTATION.to_owned(),

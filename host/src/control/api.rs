@@ -158,7 +158,7 @@ pub fn to_proto(view: &VersionView) -> proto::Component {
             c.activities
                 .iter()
                 .map(|a| proto::ActivityType {
-                    name: a.name.clone(),
+                    name: a.name.to_string(),
                     signature: a.signature(),
                 })
                 .collect(),

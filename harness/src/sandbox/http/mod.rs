@@ -110,17 +110,28 @@ impl Refusal {
 /// The `wasi:http` hooks of one task: the tenant's grants decide, secrets
 /// are put in place, the request goes to a checked address, and its body
 /// and its response's body are metered against the task's byte budget.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct HttpPolicy {
     grants: Arc<[HttpGrant]>,
     secrets: Arc<Secrets>,
     /// Requests the task may still send (`limits.max_http_requests`).
     requests_left: u32,
     max_requests: u32,
+    /// `limits.max_http_bytes`: the budget of `traffic`.
+    max_bytes: u64,
+    labels: Arc<TaskLabels>,
+    /// Made at the task's first request: a task that sends none (most do
+    /// not) allocates nothing for outbound HTTP.
+    traffic: Option<Traffic>,
+}
+
+/// What a task's requests share, in flight or refused.
+#[derive(Debug, Clone)]
+struct Traffic {
     /// Body bytes the task may still move (`limits.max_http_bytes`).
     bytes: Arc<ByteBudget>,
-    labels: Arc<TaskLabels>,
     refusals: Arc<Mutex<Vec<String>>>,
+    labels: Arc<TaskLabels>,
 }
 
 impl HttpPolicy {
@@ -136,35 +147,30 @@ impl HttpPolicy {
             secrets,
             requests_left: max_requests,
             max_requests,
-            bytes: ByteBudget::new(max_bytes),
+            max_bytes,
             labels,
-            refusals: Arc::default(),
+            traffic: None,
         }
     }
 
     /// What corral refused this task, for its failure: the first few.
     pub(crate) fn refusals(&self) -> Vec<String> {
-        lock(&self.refusals).clone()
+        self.traffic
+            .as_ref()
+            .map(|traffic| lock(&traffic.refusals).clone())
+            .unwrap_or_default()
     }
 
-    fn refuse(&self, refusal: Refusal) -> Sent {
-        let TaskLabels {
-            tenant,
-            activity_type,
-            activity_id,
-        } = &*self.labels;
-        let message = refusal.to_string();
-        // A guest may ask again and again: the host's log gets each of the
-        // first few distinct refusals once, the rest only at debug.
-        let mut kept = lock(&self.refusals);
-        if kept.len() < KEPT_REFUSALS && !kept.contains(&message) {
-            tracing::warn!(%tenant, %activity_type, %activity_id, "outbound HTTP refused: {message}");
-            kept.push(message);
-        } else {
-            tracing::debug!(%tenant, %activity_type, %activity_id, "outbound HTTP refused: {message}");
-        }
-        let error = refusal.error();
-        Box::new(async move { Err(error) })
+    /// The task's shared traffic state, made at its first request.
+    fn traffic(&mut self) -> Traffic {
+        let (max_bytes, labels) = (self.max_bytes, &self.labels);
+        self.traffic
+            .get_or_insert_with(|| Traffic {
+                bytes: ByteBudget::new(max_bytes),
+                refusals: Arc::default(),
+                labels: labels.clone(),
+            })
+            .clone()
     }
 
     /// The grants that allow this request's destination, method and path.
@@ -206,6 +212,29 @@ impl HttpPolicy {
     }
 }
 
+impl Traffic {
+    /// Logs and keeps why, and fails the request with the standard error.
+    fn refuse(&self, refusal: Refusal) -> Sent {
+        let TaskLabels {
+            tenant,
+            activity_type,
+            activity_id,
+        } = &*self.labels;
+        let message = refusal.to_string();
+        // A guest may ask again and again: the host's log gets each of the
+        // first few distinct refusals once, the rest only at debug.
+        let mut kept = lock(&self.refusals);
+        if kept.len() < KEPT_REFUSALS && !kept.contains(&message) {
+            tracing::warn!(%tenant, %activity_type, %activity_id, "outbound HTTP refused: {message}");
+            kept.push(message);
+        } else {
+            tracing::debug!(%tenant, %activity_type, %activity_id, "outbound HTTP refused: {message}");
+        }
+        let error = refusal.error();
+        Box::new(async move { Err(error) })
+    }
+}
+
 /// How a request is shown in a refusal: method, scheme, authority, path;
 /// never the query (where a secret may be).
 fn shown(request: &hyper::http::Request<WasiBody>) -> String {
@@ -231,20 +260,21 @@ impl WasiHttpHooks for HttpPolicy {
         options: Option<RequestOptions>,
         _fut: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
     ) -> Sent {
+        let traffic = self.traffic();
         let shown = shown(&request);
         let (host, port, grants) = match self.check(&request, &shown) {
             Ok(checked) => checked,
-            Err(refusal) => return self.refuse(refusal),
+            Err(refusal) => return traffic.refuse(refusal),
         };
         if let Err(misplaced) = self.secrets.substitute(&mut request, &host, port) {
-            return self.refuse(Refusal::Secret {
+            return traffic.refuse(Refusal::Secret {
                 request: shown,
                 secret: misplaced.name,
                 in_uri: misplaced.in_uri,
             });
         }
         let Some(left) = self.requests_left.checked_sub(1) else {
-            return self.refuse(Refusal::Requests {
+            return traffic.refuse(Refusal::Requests {
                 limit: self.max_requests,
             });
         };
@@ -262,8 +292,6 @@ impl WasiHttpHooks for HttpPolicy {
         {
             request.headers_mut().insert("traceparent", value);
         }
-        let budget = self.bytes.clone();
-        let policy = self.clone();
         let bare = send::bare_host(request.uri()).unwrap_or(&host).to_owned();
         Box::new(
             async move {
@@ -278,8 +306,9 @@ impl WasiHttpHooks for HttpPolicy {
                         address: address.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
                         range: address.and_then(special_range).unwrap_or("non-public"),
                     };
-                    return Box::into_pin(policy.refuse(refusal)).await;
+                    return Box::into_pin(traffic.refuse(refusal)).await;
                 }
+                let budget = traffic.bytes;
                 let request =
                     request.map(|body| Metered::wrap(body, budget.clone(), Direction::Request));
                 let (response, worker) = send::send(request, options, reachable).await?;
