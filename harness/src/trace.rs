@@ -1,9 +1,9 @@
 //! Joining a task's spans to a distributed trace without tying the harness
 //! to a tracing backend: the harness makes `tracing` spans (a `task` span,
-//! with `instantiate`, `guest` and one `http` span per outbound request
-//! under it); a host that exports them (corral's OpenTelemetry layer)
-//! installs a [`Propagation`] that parents the task span on the caller's
-//! W3C `traceparent` and writes one for each outbound request.
+//! with `permits`, `instantiate`, `guest` and one `http` span per outbound
+//! request under it); a host that exports them (corral's OpenTelemetry
+//! layer) installs a [`Propagation`] that parents the task span on the
+//! caller's W3C `traceparent` and writes one for each outbound request.
 
 use std::sync::OnceLock;
 
@@ -16,6 +16,13 @@ pub trait Propagation: Send + Sync {
     /// The `traceparent` naming `span`, for an outbound request.
     fn traceparent(&self, span: &Span) -> Option<String>;
 }
+
+/// The target of a task's phase spans (`permits`, `instantiate`, `guest`),
+/// made at `debug`: a log filtered at `info` makes none of them, which
+/// spares every task the cost of three spans it would never show (a tenth
+/// of a Rust task's time in the sandbox bench), while an exporter lets
+/// this target through at `debug` to draw the task's phases.
+pub const PHASES: &str = "corral::phase";
 
 static PROPAGATION: OnceLock<Box<dyn Propagation>> = OnceLock::new();
 

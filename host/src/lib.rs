@@ -9,6 +9,7 @@ pub mod config;
 pub mod connectors;
 pub mod control;
 pub mod dev_server;
+pub mod log;
 pub mod oci;
 pub mod secrets;
 pub mod telemetry;

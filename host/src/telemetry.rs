@@ -99,10 +99,12 @@ impl Telemetry {
         let tracer = provider.tracer("corral");
         corral_harness::trace::install(Box::new(W3c));
         // corral's own spans and events (the guest's log lines among
-        // them), whatever CORRAL_LOG lets into the log.
+        // them), whatever CORRAL_LOG lets into the log, and each task's
+        // phases, which the log leaves out.
         let own = tracing_subscriber::filter::Targets::new()
             .with_target("corral", tracing::Level::INFO)
-            .with_target("corral_harness", tracing::Level::INFO);
+            .with_target("corral_harness", tracing::Level::INFO)
+            .with_target(corral_harness::trace::PHASES, tracing::Level::DEBUG);
         let layer = tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_filter(own);

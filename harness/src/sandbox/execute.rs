@@ -27,6 +27,7 @@ use super::stdio::{Capture, GuestOutput, TaskLabels};
 use super::tenant::PreparedTenant;
 use super::watchdog::{Interrupt, Verdict, Watchdog};
 use crate::sync::lock;
+use crate::trace::PHASES;
 
 /// One attempt of an activity to run.
 pub struct Task {
@@ -230,7 +231,7 @@ impl Sandbox {
                 let instance = component
                     .pre
                     .instantiate_async(&mut store)
-                    .instrument(tracing::info_span!("instantiate"))
+                    .instrument(tracing::debug_span!(target: PHASES, "instantiate"))
                     .await?;
                 observer.instantiated(started.elapsed());
                 let func = instance
@@ -239,7 +240,7 @@ impl Sandbox {
                         wasmtime::Error::msg(format!("export `{}` vanished", activity.name))
                     })?;
                 func.call_async(&mut store, &params, results)
-                    .instrument(tracing::info_span!("guest"))
+                    .instrument(tracing::debug_span!(target: PHASES, "guest"))
                     .await
             };
             let deadline = async {

@@ -16,6 +16,7 @@ use crate::sandbox::{
     Failure, FailureClass, Outcome, RetryPolicy, Task, convert, listed_names, shown_name,
 };
 use crate::sync::lock;
+use crate::trace::PHASES;
 
 /// The longest wait between two report attempts.
 const MAX_REPORT_BACKOFF: Duration = Duration::from_secs(10);
@@ -127,7 +128,7 @@ async fn execute(
     // are taken here, in arrival order, and held while the guest runs; the
     // session's liveness pump keeps the task alive with the engine while it
     // waits.
-    let waiting = tracing::info_span!("permits");
+    let waiting = tracing::debug_span!(target: PHASES, "permits");
     let (_type, _slot) = async {
         let type_slot = match type_slot {
             Some(taken) => Some(taken),

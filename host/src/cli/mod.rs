@@ -13,13 +13,11 @@ mod test;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tracing_subscriber::layer::SubscriberExt as _;
-use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::{Layer, Registry};
 
 use clap::{Parser, Subcommand};
 
 use corral::error_chain;
+pub(crate) use corral::log::{CLI_LOG, ExtraLayer, SERVER_LOG, init_tracing, init_tracing_with};
 use corral::sandbox::SandboxConfig;
 
 #[derive(Parser)]
@@ -165,33 +163,6 @@ pub(crate) fn usage_error(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// Logs go to stderr, as text or (for log collectors) JSON lines.
-pub(crate) fn init_tracing(default_filter: &str, json: bool) {
-    init_tracing_with(default_filter, json, None);
-}
-
-/// A layer with a filter of its own beside the log (the OTLP export).
-pub(crate) type ExtraLayer = Box<dyn Layer<Registry> + Send + Sync>;
-
-/// [`init_tracing`], with `extra` beside the log: `CORRAL_LOG` filters the
-/// log only, so a quiet log does not silence the export.
-pub(crate) fn init_tracing_with(default_filter: &str, json: bool, extra: Option<ExtraLayer>) {
-    let filter = || {
-        tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter))
-    };
-    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let registry = tracing_subscriber::registry().with(extra);
-    if json {
-        registry.with(log.json().with_filter(filter())).init();
-    } else {
-        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-        registry
-            .with(log.with_ansi(ansi).with_filter(filter()))
-            .init();
-    }
-}
-
 /// The files in `dir` whose names end with `suffix`, sorted (none when
 /// `dir` cannot be read): the default inputs of `dev` and `test`.
 fn files_named(dir: &std::path::Path, suffix: &str) -> Vec<PathBuf> {
@@ -214,13 +185,6 @@ fn files_named(dir: &std::path::Path, suffix: &str) -> Vec<PathBuf> {
     files.sort();
     files
 }
-
-/// What a server logs by default. wasmtime's WASI crates warn about what
-/// a guest did wrong (a malformed request, …), as often as the guest likes:
-/// only their errors reach the host's log.
-pub(crate) const SERVER_LOG: &str = "warn,corral=info,wasmtime_wasi=error,wasmtime_wasi_http=error";
-/// What the other commands log by default.
-const CLI_LOG: &str = "warn,wasmtime_wasi=error,wasmtime_wasi_http=error";
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
