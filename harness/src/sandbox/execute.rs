@@ -6,6 +6,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use smallvec::SmallVec;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use wasmtime::component::types::{ResultType, Type};
@@ -118,9 +119,15 @@ impl Sandbox {
                 limits.max_input
             )));
         }
-        let mut params = Vec::with_capacity(task.args.len());
-        for ((name, ty), arg) in activity.params.iter().zip(&task.args) {
-            match from_json(ty, arg) {
+        // On the stack for the usual few parameters; a string, the
+        // commonest, moves into its value instead of being copied.
+        let mut params = SmallVec::<[Val; 4]>::with_capacity(task.args.len());
+        for ((name, ty), arg) in activity.params.iter().zip(task.args) {
+            let val = match (ty, arg) {
+                (Type::String, Value::String(text)) => Ok(Val::String(text)),
+                (ty, arg) => from_json(ty, &arg),
+            };
+            match val {
                 Ok(val) => params.push(val),
                 Err(e) => return Err(invalid_input(format!("parameter `{name}`: {e}"))),
             }
