@@ -47,3 +47,33 @@ pub fn init_tracing_with(default_filter: &str, json: bool, extra: Option<ExtraLa
             .init();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SERVER_LOG;
+    use corral_harness::trace::PHASES;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::{EnvFilter, Layer};
+
+    /// A task's phase spans cost a tenth of a small task when a subscriber
+    /// records them: `corral serve`'s log must not, and the export must.
+    #[test]
+    fn the_server_log_leaves_the_phase_spans_out_and_the_export_takes_them() {
+        let log = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::sink)
+                .with_filter(EnvFilter::new(SERVER_LOG)),
+        );
+        tracing::subscriber::with_default(log, || {
+            let phase = tracing::debug_span!(target: PHASES, "guest");
+            assert!(phase.is_disabled(), "{phase:?}");
+            // The same log still records corral's own info spans.
+            let task = tracing::info_span!(target: "corral_harness::session::task", "task");
+            assert!(!task.is_disabled(), "{task:?}");
+        });
+        let exported = crate::telemetry::exported();
+        assert!(exported.would_enable(PHASES, &tracing::Level::DEBUG));
+        assert!(exported.would_enable("corral_harness::session", &tracing::Level::INFO));
+        assert!(!exported.would_enable("corral_harness::session", &tracing::Level::DEBUG));
+    }
+}

@@ -98,16 +98,9 @@ impl Telemetry {
             .build();
         let tracer = provider.tracer("corral");
         corral_harness::trace::install(Box::new(W3c));
-        // corral's own spans and events (the guest's log lines among
-        // them), whatever CORRAL_LOG lets into the log, and each task's
-        // phases, which the log leaves out.
-        let own = tracing_subscriber::filter::Targets::new()
-            .with_target("corral", tracing::Level::INFO)
-            .with_target("corral_harness", tracing::Level::INFO)
-            .with_target(corral_harness::trace::PHASES, tracing::Level::DEBUG);
         let layer = tracing_opentelemetry::layer()
             .with_tracer(tracer)
-            .with_filter(own);
+            .with_filter(exported());
         Ok((Telemetry { provider }, layer))
     }
 
@@ -120,6 +113,16 @@ impl Telemetry {
             tracing::warn!("exporting the last spans: {e}");
         }
     }
+}
+
+/// What the export takes: corral's own spans and events (the guest's log
+/// lines among them), whatever `CORRAL_LOG` lets into the log, and each
+/// task's phase spans, which the log leaves out.
+pub fn exported() -> tracing_subscriber::filter::Targets {
+    tracing_subscriber::filter::Targets::new()
+        .with_target("corral", tracing::Level::INFO)
+        .with_target("corral_harness", tracing::Level::INFO)
+        .with_target(corral_harness::trace::PHASES, tracing::Level::DEBUG)
 }
 
 /// W3C trace context, through the spans' OpenTelemetry context.
