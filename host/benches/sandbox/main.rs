@@ -177,7 +177,7 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
          ({low:.3}–{high:.3})",
         guest.language,
         full_us / raw_us,
-        median(paired.clone()),
+        median(paired),
     );
     Ok(full_us)
 }
