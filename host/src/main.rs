@@ -3,6 +3,6 @@
 mod cli;
 
 fn main() -> std::process::ExitCode {
-    corral::keep_transient_buffers_in_the_heap();
+    corral::tune_the_allocator();
     cli::main()
 }

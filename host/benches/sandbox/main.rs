@@ -461,7 +461,7 @@ async fn count(n: usize, language: Option<&str>, raw: bool) -> Result<()> {
 fn main() -> Result<()> {
     // The `corral` binary's allocator settings and `corral serve`'s log,
     // so both paths run as they would in it.
-    corral::keep_transient_buffers_in_the_heap();
+    corral::tune_the_allocator();
     corral::log::init_server_log();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("count") {
