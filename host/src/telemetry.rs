@@ -116,8 +116,8 @@ impl Telemetry {
 }
 
 /// What the export takes: corral's own spans and events (the guest's log
-/// lines among them), whatever `CORRAL_LOG` lets into the log, and each
-/// task's phase spans, which the log leaves out.
+/// lines among them), whether or not `CORRAL_LOG` lets them into the log,
+/// and each task's phase spans, which the log leaves out.
 pub fn exported() -> tracing_subscriber::filter::Targets {
     tracing_subscriber::filter::Targets::new()
         .with_target("corral", tracing::Level::INFO)
