@@ -154,7 +154,7 @@ fn every_generated_value_round_trips_through_the_conversion() {
             .run(&value_of(&ty), |json| {
                 let val = from_json(&ty, &json)
                     .map_err(|e| TestCaseError::fail(format!("{name}: {json}: {e}")))?;
-                let back = to_json(&ty, &val)
+                let back = to_json(&ty, val)
                     .map_err(|e| TestCaseError::fail(format!("{name}: {json}: {e}")))?;
                 prop_assert_eq!(&back, &json, "{}", name);
                 Ok(())
@@ -353,7 +353,7 @@ fn values_of_generated_wit_types_round_trip_and_wrong_json_is_refused_with_a_pat
                 .run(&value_of(&ty), |json| {
                     let val = from_json(&ty, &json)
                         .map_err(|e| TestCaseError::fail(format!("{shape:?}: {json}: {e}")))?;
-                    let back = to_json(&ty, &val)
+                    let back = to_json(&ty, val)
                         .map_err(|e| TestCaseError::fail(format!("{shape:?}: {json}: {e}")))?;
                     prop_assert_eq!(&back, &json, "{:?}", shape);
                     Ok(())

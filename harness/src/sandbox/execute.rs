@@ -271,8 +271,12 @@ impl Sandbox {
 
         let outcome = match ended {
             Ended::Returned(Ok(())) => {
-                let outcome =
-                    result_to_outcome(activity.result.as_ref(), results.first(), limits, policy);
+                // The returned value moves into the outcome: a result's
+                // strings are not copied.
+                let returned = results
+                    .first_mut()
+                    .map(|val| std::mem::replace(val, Val::Bool(false)));
+                let outcome = result_to_outcome(activity.result.as_ref(), returned, limits, policy);
                 match outcome {
                     Err(failure)
                         if task.cancel.is_cancelled()
@@ -369,13 +373,13 @@ fn interrupted_failure(grace: Duration, policy: &RetryPolicy) -> Failure {
 /// Turns what the guest returned into the outcome.
 fn result_to_outcome(
     ty: Option<&Type>,
-    val: Option<&Val>,
+    val: Option<Val>,
     limits: &Limits,
     policy: &RetryPolicy,
 ) -> Outcome {
     let invalid = |message: String| Failure::new(FailureClass::InvalidOutput, policy, message);
     // (A failure is bounded in `guest_failure`, by its own message.)
-    if let Some(val) = val
+    if let Some(val) = &val
         && !matches!(val, Val::Result(Err(_)))
     {
         let least = convert::json_size_at_least(val);
@@ -389,9 +393,9 @@ fn result_to_outcome(
     let value = match (ty, val) {
         (None, _) => Value::Null,
         (Some(Type::Result(result)), Some(Val::Result(returned))) => match returned {
-            Ok(ok) => convert::payload_to_json(result.ok(), ok.as_deref())
+            Ok(ok) => convert::payload_to_json(result.ok(), ok.map(|v| *v))
                 .map_err(|e| invalid(format!("the result {e}")))?,
-            Err(err) => return Err(guest_failure(result, err.as_deref(), limits, policy)),
+            Err(err) => return Err(guest_failure(result, err.map(|v| *v), limits, policy)),
         },
         (Some(ty), Some(val)) => {
             to_json(ty, val).map_err(|e| invalid(format!("the result {e}")))?
@@ -413,26 +417,17 @@ fn result_to_outcome(
 /// retryable `Application` failure with the error value as details.
 fn guest_failure(
     result: &ResultType,
-    err: Option<&Val>,
+    err: Option<Val>,
     limits: &Limits,
     policy: &RetryPolicy,
 ) -> Failure {
-    if let Some(Val::Record(fields)) = err
-        && let Some(failure) = failure_record(fields)
-    {
-        let size = failure.message.len() + failure.details.as_ref().map_or(0, json_len);
-        if size > limits.max_output {
-            return Failure::new(
-                FailureClass::InvalidOutput,
-                policy,
-                format!(
-                    "the guest's failure is {size} bytes, over the limit of {} bytes",
-                    limits.max_output
-                ),
-            );
-        }
-        return failure;
-    }
+    let err = match err {
+        Some(Val::Record(fields)) => match failure_record(fields) {
+            Ok(failure) => return bounded(failure, limits, policy),
+            Err(fields) => Some(Val::Record(fields)),
+        },
+        other => other,
+    };
     let details = match convert::payload_to_json(result.err(), err) {
         Ok(details) => details,
         Err(e) => {
@@ -455,42 +450,58 @@ fn guest_failure(
     .with_details(details)
 }
 
-/// Reads a `corral:activity/types.failure` record (matched by shape).
-fn failure_record(fields: &[(String, Val)]) -> Option<Failure> {
-    let [
-        (message_name, Val::String(message)),
-        (kind_name, Val::String(kind)),
-        (retryable_name, Val::Bool(retryable)),
-        (details_name, Val::Option(details)),
-    ] = fields
-    else {
-        return None;
-    };
-    if (
-        message_name.as_str(),
-        kind_name.as_str(),
-        retryable_name.as_str(),
-        details_name.as_str(),
-    ) != ("message", "kind", "retryable", "details")
-    {
-        return None;
+/// The guest's own failure record, or `InvalidOutput` if it is over the
+/// output limit.
+fn bounded(failure: Failure, limits: &Limits, policy: &RetryPolicy) -> Failure {
+    let size = failure.message.len() + failure.details.as_ref().map_or(0, json_len);
+    if size > limits.max_output {
+        return Failure::new(
+            FailureClass::InvalidOutput,
+            policy,
+            format!(
+                "the guest's failure is {size} bytes, over the limit of {} bytes",
+                limits.max_output
+            ),
+        );
     }
-    let details = match details.as_deref() {
-        None => None,
-        Some(Val::String(text)) => {
-            Some(serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())))
+    failure
+}
+
+/// Reads a `corral:activity/types.failure` record (matched by shape), its
+/// strings moved out; any other record is handed back as it was.
+fn failure_record(fields: Vec<(String, Val)>) -> Result<Failure, Vec<(String, Val)>> {
+    let [message, kind, retryable, details] = <[(String, Val); 4]>::try_from(fields)?;
+    let (message, kind, retryable, details) = match (message, kind, retryable, details) {
+        (
+            (message_name, Val::String(message)),
+            (kind_name, Val::String(kind)),
+            (retryable_name, Val::Bool(retryable)),
+            (details_name, Val::Option(details)),
+        ) if (
+            message_name.as_str(),
+            kind_name.as_str(),
+            retryable_name.as_str(),
+            details_name.as_str(),
+        ) == ("message", "kind", "retryable", "details")
+            && matches!(details.as_deref(), None | Some(Val::String(_))) =>
+        {
+            (message, kind, retryable, details)
         }
-        Some(_) => return None,
+        (message, kind, retryable, details) => return Err(vec![message, kind, retryable, details]),
     };
-    Some(Failure {
+    let details = match details.map(|d| *d) {
+        Some(Val::String(text)) => Some(serde_json::from_str(&text).unwrap_or(Value::String(text))),
+        _ => None,
+    };
+    Ok(Failure {
         class: FailureClass::Application,
         kind: if kind.is_empty() {
             "Application".to_owned()
         } else {
-            kind.clone()
+            kind
         },
-        retryable: *retryable,
-        message: message.clone(),
+        retryable,
+        message,
         details,
     })
 }
@@ -516,8 +527,56 @@ fn json_len(value: &Value) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::json_len;
-    use serde_json::json;
+    use super::{failure_record, json_len};
+    use serde_json::{Value, json};
+    use wasmtime::component::Val;
+
+    fn record(names: [&str; 4], details: Option<Val>) -> Vec<(String, Val)> {
+        let values = [
+            Val::String("declined".into()),
+            Val::String("Payment".into()),
+            Val::Bool(false),
+            Val::Option(details.map(Box::new)),
+        ];
+        names.map(str::to_owned).into_iter().zip(values).collect()
+    }
+
+    #[test]
+    fn a_failure_record_moves_its_fields_into_the_failure() {
+        let names = ["message", "kind", "retryable", "details"];
+        let failure = failure_record(record(names, Some(Val::String(r#"{"a":1}"#.into()))))
+            .map_err(|fields| format!("{fields:?}"))
+            .unwrap();
+        assert_eq!(
+            (
+                failure.message.as_str(),
+                failure.kind.as_str(),
+                failure.retryable
+            ),
+            ("declined", "Payment", false)
+        );
+        assert_eq!(failure.details, Some(json!({"a": 1})));
+        let failure = failure_record(record(names, Some(Val::String("not json".into()))))
+            .map_err(|fields| format!("{fields:?}"))
+            .unwrap();
+        assert_eq!(failure.details, Some(Value::String("not json".into())));
+    }
+
+    #[test]
+    fn any_other_record_is_handed_back_whole() {
+        let renamed = record(["message", "kind", "retry", "details"], None);
+        assert_eq!(failure_record(renamed.clone()).err(), Some(renamed));
+        let numeric_details = record(
+            ["message", "kind", "retryable", "details"],
+            Some(Val::U32(7)),
+        );
+        assert_eq!(
+            failure_record(numeric_details.clone()).err(),
+            Some(numeric_details)
+        );
+        let short = vec![("message".to_owned(), Val::String("x".into()))];
+        assert_eq!(failure_record(short.clone()).err(), Some(short));
+    }
 
     #[test]
     fn json_len_is_the_compact_serialized_length() {

@@ -8,26 +8,28 @@ use wasmtime::component::types::Type;
 
 use super::{ConvertError, JsonPath};
 
-/// Converts a value of type `ty` returned by a guest to JSON.
-pub fn to_json(ty: &Type, val: &Val) -> Result<Value, ConvertError> {
+/// Converts a value of type `ty` returned by a guest to JSON. The value is
+/// consumed: its strings and names move into the JSON instead of being
+/// copied, so a large result is never held twice.
+pub fn to_json(ty: &Type, val: Val) -> Result<Value, ConvertError> {
     convert(ty, val, &mut JsonPath::default())
 }
 
-fn convert(ty: &Type, val: &Val, path: &mut JsonPath) -> Result<Value, ConvertError> {
+fn convert(ty: &Type, val: Val, path: &mut JsonPath) -> Result<Value, ConvertError> {
     Ok(match (ty, val) {
-        (_, Val::Bool(b)) => Value::Bool(*b),
-        (_, Val::S8(n)) => Value::from(*n),
-        (_, Val::U8(n)) => Value::from(*n),
-        (_, Val::S16(n)) => Value::from(*n),
-        (_, Val::U16(n)) => Value::from(*n),
-        (_, Val::S32(n)) => Value::from(*n),
-        (_, Val::U32(n)) => Value::from(*n),
-        (_, Val::S64(n)) => Value::from(*n),
-        (_, Val::U64(n)) => Value::from(*n),
-        (_, Val::Float32(f)) => float(f64::from(*f)),
-        (_, Val::Float64(f)) => float(*f),
+        (_, Val::Bool(b)) => Value::Bool(b),
+        (_, Val::S8(n)) => Value::from(n),
+        (_, Val::U8(n)) => Value::from(n),
+        (_, Val::S16(n)) => Value::from(n),
+        (_, Val::U16(n)) => Value::from(n),
+        (_, Val::S32(n)) => Value::from(n),
+        (_, Val::U32(n)) => Value::from(n),
+        (_, Val::S64(n)) => Value::from(n),
+        (_, Val::U64(n)) => Value::from(n),
+        (_, Val::Float32(f)) => float(f64::from(f)),
+        (_, Val::Float64(f)) => float(f),
         (_, Val::Char(c)) => Value::String(c.to_string()),
-        (_, Val::String(s)) => Value::String(s.clone()),
+        (_, Val::String(s)) => Value::String(s),
         (Type::List(list), Val::List(items)) => {
             let element = list.ty();
             if element == Type::U8 {
@@ -54,13 +56,13 @@ fn convert(ty: &Type, val: &Val, path: &mut JsonPath) -> Result<Value, ConvertEr
                     let Val::String(key) = key else {
                         return Err(path.error("map<string, _> holds a key that is not a string"));
                     };
-                    let value = path.field(key, |p| convert(&value_ty, value, p))?;
-                    object.insert(key.clone(), value);
+                    let value = path.field(&key, |p| convert(&value_ty, value, p))?;
+                    object.insert(key, value);
                 }
                 Value::Object(object)
             } else {
                 let mut pairs = Vec::with_capacity(entries.len());
-                for (i, (key, value)) in entries.iter().enumerate() {
+                for (i, (key, value)) in entries.into_iter().enumerate() {
                     let pair = path.index(i, |p| {
                         Ok::<_, ConvertError>(Value::Array(vec![
                             p.index(0, |p| convert(&key_ty, key, p))?,
@@ -75,8 +77,8 @@ fn convert(ty: &Type, val: &Val, path: &mut JsonPath) -> Result<Value, ConvertEr
         (Type::Record(record), Val::Record(fields)) => {
             let mut object = Map::new();
             for (field_ty, (name, value)) in record.fields().zip(fields) {
-                let value = path.field(name, |p| convert(&field_ty.ty, value, p))?;
-                object.insert(name.clone(), value);
+                let value = path.field(&name, |p| convert(&field_ty.ty, value, p))?;
+                object.insert(name, value);
             }
             Value::Object(object)
         }
@@ -91,22 +93,28 @@ fn convert(ty: &Type, val: &Val, path: &mut JsonPath) -> Result<Value, ConvertEr
             let case_ty = variant.cases().find(|c| c.name == name).and_then(|c| c.ty);
             match (case_ty, payload) {
                 (Some(ty), Some(payload)) => {
-                    let value = path.field(name, |p| convert(&ty, payload, p))?;
+                    let value = path.field(&name, |p| convert(&ty, *payload, p))?;
                     single(name, value)
                 }
-                _ => Value::String(name.clone()),
+                _ => Value::String(name),
             }
         }
-        (_, Val::Enum(name)) => Value::String(name.clone()),
+        (_, Val::Enum(name)) => Value::String(name),
         (Type::Option(option), Val::Option(value)) => match value {
-            Some(value) => convert(&option.ty(), value, path)?,
+            Some(value) => convert(&option.ty(), *value, path)?,
             None => Value::Null,
         },
         (Type::Result(result), Val::Result(value)) => match value {
-            Ok(ok) => single("ok", payload(result.ok(), ok.as_deref(), path, "ok")?),
-            Err(err) => single("err", payload(result.err(), err.as_deref(), path, "err")?),
+            Ok(ok) => single(
+                "ok".to_owned(),
+                payload(result.ok(), ok.map(|v| *v), path, "ok")?,
+            ),
+            Err(err) => single(
+                "err".to_owned(),
+                payload(result.err(), err.map(|v| *v), path, "err")?,
+            ),
         },
-        (_, Val::Flags(names)) => Value::Array(names.iter().cloned().map(Value::String).collect()),
+        (_, Val::Flags(names)) => Value::Array(names.into_iter().map(Value::String).collect()),
         (ty, _) => {
             return Err(path.error(format!(
                 "the guest returned a value that cannot be represented as {}",
@@ -171,7 +179,7 @@ fn signed(n: i64) -> usize {
 
 /// Converts the payload of a top-level `result` case: `null` when the case
 /// has no payload.
-pub fn payload_to_json(ty: Option<Type>, val: Option<&Val>) -> Result<Value, ConvertError> {
+pub fn payload_to_json(ty: Option<Type>, val: Option<Val>) -> Result<Value, ConvertError> {
     match (ty, val) {
         (Some(ty), Some(val)) => convert(&ty, val, &mut JsonPath::default()),
         _ => Ok(Value::Null),
@@ -181,7 +189,7 @@ pub fn payload_to_json(ty: Option<Type>, val: Option<&Val>) -> Result<Value, Con
 /// Converts the payload of a nested result case, `null` when it has none.
 fn payload(
     ty: Option<Type>,
-    val: Option<&Val>,
+    val: Option<Val>,
     path: &mut JsonPath,
     name: &str,
 ) -> Result<Value, ConvertError> {
@@ -191,17 +199,17 @@ fn payload(
     }
 }
 
-fn elements(ty: &Type, items: &[Val], path: &mut JsonPath) -> Result<Value, ConvertError> {
+fn elements(ty: &Type, items: Vec<Val>, path: &mut JsonPath) -> Result<Value, ConvertError> {
     let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
+    for (i, item) in items.into_iter().enumerate() {
         out.push(path.index(i, |p| convert(ty, item, p))?);
     }
     Ok(Value::Array(out))
 }
 
-fn single(key: &str, value: Value) -> Value {
+fn single(key: String, value: Value) -> Value {
     let mut object = Map::new();
-    object.insert(key.to_owned(), value);
+    object.insert(key, value);
     Value::Object(object)
 }
 
