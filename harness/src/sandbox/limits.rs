@@ -62,8 +62,26 @@ impl Default for Limits {
     }
 }
 
+/// Why a byte size or a duration written by an operator was refused; the
+/// text is quoted back as it was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    #[error("`{0}` is not a byte size (examples: 64MiB, 512KiB, 4096)")]
+    NotBytes(String),
+    #[error("`{text}`: unknown unit `{unit}` (use B, KiB, MiB, GiB, KB, MB or GB)")]
+    ByteUnit { text: String, unit: String },
+    #[error("`{0}` is too large")]
+    TooLarge(String),
+    #[error("`{0}` is not a duration (examples: 250ms, 5s, 2m, 1h)")]
+    NotDuration(String),
+    #[error("`{0}` needs a unit: ms, s, m or h")]
+    NoTimeUnit(String),
+    #[error("`{text}`: unknown unit `{unit}` (use ms, s, m or h)")]
+    TimeUnit { text: String, unit: String },
+}
+
 /// Parses a byte size such as `64MiB`, `512KiB`, `1GiB`, `1MB` or `4096`.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub fn parse_bytes(text: &str) -> Result<u64, QuantityError> {
     let t = text.trim();
     let split = t
         .find(|c: char| !c.is_ascii_digit() && c != '_')
@@ -72,7 +90,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let number: u64 = digits
         .replace('_', "")
         .parse()
-        .map_err(|_| format!("`{text}` is not a byte size (examples: 64MiB, 512KiB, 4096)"))?;
+        .map_err(|_| QuantityError::NotBytes(text.to_owned()))?;
     let scale: u64 = match unit.trim() {
         "" | "B" => 1,
         "KiB" => 1 << 10,
@@ -82,34 +100,36 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "MB" => 1_000_000,
         "GB" => 1_000_000_000,
         other => {
-            return Err(format!(
-                "`{text}`: unknown unit `{other}` (use B, KiB, MiB, GiB, KB, MB or GB)"
-            ));
+            return Err(QuantityError::ByteUnit {
+                text: text.to_owned(),
+                unit: other.to_owned(),
+            });
         }
     };
     number
         .checked_mul(scale)
-        .ok_or_else(|| format!("`{text}` is too large"))
+        .ok_or_else(|| QuantityError::TooLarge(text.to_owned()))
 }
 
 /// Parses a duration such as `250ms`, `5s`, `2m` or `1h`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, QuantityError> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
     let number: u64 = digits
         .parse()
-        .map_err(|_| format!("`{text}` is not a duration (examples: 250ms, 5s, 2m, 1h)"))?;
+        .map_err(|_| QuantityError::NotDuration(text.to_owned()))?;
     let duration = match unit {
         "ms" => Duration::from_millis(number),
         "s" => Duration::from_secs(number),
         "m" => Duration::from_secs(number.saturating_mul(60)),
         "h" => Duration::from_secs(number.saturating_mul(3600)),
-        "" => return Err(format!("`{text}` needs a unit: ms, s, m or h")),
+        "" => return Err(QuantityError::NoTimeUnit(text.to_owned())),
         other => {
-            return Err(format!(
-                "`{text}`: unknown unit `{other}` (use ms, s, m or h)"
-            ));
+            return Err(QuantityError::TimeUnit {
+                text: text.to_owned(),
+                unit: other.to_owned(),
+            });
         }
     };
     Ok(duration)
@@ -254,13 +274,15 @@ mod tests {
         assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
         assert_eq!(parse_bytes("2MB"), Ok(2_000_000));
         assert_eq!(parse_bytes("4096"), Ok(4096));
-        let err = parse_bytes("64mb").unwrap_err();
+        let err = parse_bytes("64mb").unwrap_err().to_string();
         assert!(err.contains("unknown unit `mb`"), "{err}");
-        assert!(parse_bytes("lots").unwrap_err().contains("not a byte size"));
-        assert!(
-            parse_bytes("99999999999GiB")
-                .unwrap_err()
-                .contains("too large")
+        assert_eq!(
+            parse_bytes("lots"),
+            Err(QuantityError::NotBytes("lots".into()))
+        );
+        assert_eq!(
+            parse_bytes("99999999999GiB"),
+            Err(QuantityError::TooLarge("99999999999GiB".into()))
         );
     }
 
@@ -269,12 +291,10 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("5").unwrap_err().contains("needs a unit"));
-        assert!(
-            parse_duration("5d")
-                .unwrap_err()
-                .contains("unknown unit `d`")
-        );
+        let err = parse_duration("5").unwrap_err().to_string();
+        assert!(err.contains("needs a unit"), "{err}");
+        let err = parse_duration("5d").unwrap_err().to_string();
+        assert!(err.contains("unknown unit `d`"), "{err}");
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub use engine::{PerComponent, Sandbox, SandboxConfig, fiber_stack_size};
 pub use execute::Task;
 pub use failure::{Failure, FailureClass, Outcome, RetryPolicy};
 pub use http::{GrantError, HttpGrant, HttpHost};
-pub use limits::{Limits, format_bytes, parse_bytes, parse_duration};
+pub use limits::{Limits, QuantityError, format_bytes, parse_bytes, parse_duration};
 pub use observer::{LogLevel, Stream, TaskObserver, Unobserved};
 pub use secrets::{PLACEHOLDER_PREFIX, SecretError, SecretSource, SecretSpec, Secrets};
 pub use signature::{
