@@ -323,7 +323,7 @@ mod tests {
         let _second = local.submit(submission()).unwrap();
         let (first, second) = (started(&local).await, started(&local).await);
         assert_eq!(first.info.tenant, "t");
-        assert_eq!(first.args, Ok(Args::Positional(vec![json!(1)])));
+        assert_eq!(first.args.ok(), Some(Args::Positional(vec![json!(1)])));
         assert_ne!(first.info.activity_id, second.info.activity_id);
         assert!(first.info.activity_id.starts_with("local-"));
         assert_ne!(first.key, second.key);

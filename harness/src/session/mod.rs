@@ -45,7 +45,7 @@ pub struct TaskStart {
     /// As the engine named it (an alias or a full WIT name).
     pub activity_type: String,
     /// The decoded arguments, or why they could not be decoded.
-    pub args: Result<Args, String>,
+    pub args: Result<Args, InputError>,
     pub info: TaskInfo,
     /// The engine's deadline for this attempt.
     pub deadline: Option<Duration>,
@@ -61,6 +61,18 @@ pub struct TaskStart {
     /// and output as they happen (`corral run`, the test harness); engines
     /// hear only liveness, through [`Connector::heartbeat`].
     pub observer: Option<Arc<dyn TaskObserver>>,
+}
+
+/// Why a connector could not decode an engine's task input: its own error,
+/// passed through unchanged. The task fails `InvalidInput` with its text.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct InputError(Box<dyn std::error::Error + Send + Sync>);
+
+impl InputError {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        InputError(Box::new(error))
+    }
 }
 
 impl std::fmt::Debug for TaskStart {

@@ -9,7 +9,9 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::liveness::Progress;
-use super::{Args, CancelReason, Connector, InFlight, Report, Session, TaskKey, TaskStart};
+use super::{
+    Args, CancelReason, Connector, InFlight, InputError, Report, Session, TaskKey, TaskStart,
+};
 use crate::backoff::Backoff;
 use crate::metrics::COMPLETED;
 use crate::sandbox::{
@@ -109,10 +111,13 @@ async fn execute(
         ));
         return (unknown, "<unknown>".to_owned());
     };
-    let args = match args.and_then(|args| arguments(args, &route)) {
+    let args = match args
+        .map_err(BadInput::from)
+        .and_then(|args| arguments(args, &route))
+    {
         Ok(args) => args,
         Err(e) => {
-            let invalid = Failure::new(FailureClass::InvalidInput, policy, e);
+            let invalid = Failure::new(FailureClass::InvalidInput, policy, e.to_string());
             return (Err(invalid), route.activity);
         }
     };
@@ -150,19 +155,25 @@ async fn execute(
     (outcome, route.activity)
 }
 
+/// Why a task's input is not arguments for its activity.
+#[derive(Debug, thiserror::Error)]
+enum BadInput {
+    #[error(transparent)]
+    Decode(#[from] InputError),
+    #[error(transparent)]
+    Named(#[from] convert::ArgsError),
+    #[error("`{0}` is not exported by its component")]
+    NotExported(String),
+}
+
 /// One JSON value per WIT parameter, in order.
-fn arguments(args: Args, route: &super::Route) -> Result<Vec<Value>, String> {
+fn arguments(args: Args, route: &super::Route) -> Result<Vec<Value>, BadInput> {
     match args {
         Args::Positional(values) => Ok(values),
         Args::Named(named) => match route.component.activity(&route.activity) {
-            Some(activity) => {
-                convert::positional(&activity.params, named).map_err(|e| e.to_string())
-            }
+            Some(activity) => Ok(convert::positional(&activity.params, named)?),
             // The route was built from this component's own activity types.
-            None => Err(format!(
-                "`{}` is not exported by its component",
-                route.activity
-            )),
+            None => Err(BadInput::NotExported(route.activity.clone())),
         },
     }
 }

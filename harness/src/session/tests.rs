@@ -221,7 +221,9 @@ async fn unknown_types_and_bad_payloads_are_reported_not_dropped() {
     let Inbound::Start(mut bad) = start(b"p", "answer") else {
         unreachable!()
     };
-    bad.args = Err("argument 1: a json/plain payload is not JSON".into());
+    let not_json = serde_json::from_str::<Value>("{").unwrap_err();
+    let said = not_json.to_string();
+    bad.args = Err(InputError::new(not_json));
     f.send.send(Inbound::Start(bad)).await.unwrap();
     let reports = f.wait_for_reports(2).await;
     for (key, report) in reports {
@@ -234,6 +236,10 @@ async fn unknown_types_and_bad_payloads_are_reported_not_dropped() {
             FailureClass::InvalidInput
         };
         assert_eq!(failure.class, expected, "{failure}");
+        if key == b"p" {
+            // The connector's own error reaches the engine word for word.
+            assert_eq!(failure.message, said, "{failure}");
+        }
     }
     assert!(f.session.in_flight_count() == 0);
     f.shutdown.cancel();

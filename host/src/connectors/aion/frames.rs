@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::wire;
 use crate::sandbox::{TaskInfo, convert};
-use crate::session::{Args, Registry, Report, TaskKey, TaskStart};
+use crate::session::{Args, InputError, Registry, Report, TaskKey, TaskStart};
 
 /// Every payload corral reads or writes is JSON.
 pub const JSON: &str = "application/json";
@@ -105,20 +105,40 @@ pub fn payload(value: &Value) -> wire::Payload {
     }
 }
 
+/// Why a pushed task cannot be one: it names no attempt to report to.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MalformedTask {
+    #[error("the task has no workflow id")]
+    NoWorkflowId,
+    #[error("the task has no activity id")]
+    NoActivityId,
+}
+
+/// Why a pushed task's input is not named arguments.
+#[derive(Debug, thiserror::Error)]
+pub enum BadInput {
+    #[error("the input payload is `{0}`, not {JSON}")]
+    ContentType(String),
+    #[error("the input must be an object of named arguments, got {0}")]
+    NotAnObject(String),
+    #[error("the input payload is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+}
+
 /// A pushed task, or why it cannot be one (it is then refused).
 pub fn task(
     task: wire::ActivityTask,
     tenant: &str,
     heartbeat_every: Duration,
-) -> Result<(Attempt, TaskStart), String> {
+) -> Result<(Attempt, TaskStart), MalformedTask> {
     let workflow = task
         .workflow_id
         .map(|w| w.uuid)
         .filter(|w| !w.is_empty())
-        .ok_or("the task has no workflow id")?;
+        .ok_or(MalformedTask::NoWorkflowId)?;
     let activity = task
         .activity_id
-        .ok_or("the task has no activity id")?
+        .ok_or(MalformedTask::NoActivityId)?
         .sequence_position;
     let attempt = Attempt {
         workflow,
@@ -130,7 +150,7 @@ pub fn task(
         key: attempt.key(),
         tenant: tenant.to_owned(),
         activity_type: task.activity_type,
-        args: arguments(task.input.as_ref()),
+        args: arguments(task.input.as_ref()).map_err(InputError::new),
         info: TaskInfo {
             tenant: tenant.to_owned(),
             activity_id: attempt.activity.to_string(),
@@ -150,24 +170,20 @@ pub fn task(
 }
 
 /// The input payload: a JSON object of named arguments.
-fn arguments(input: Option<&wire::Payload>) -> Result<Args, String> {
+fn arguments(input: Option<&wire::Payload>) -> Result<Args, BadInput> {
     let Some(input) = input else {
         return Ok(Args::Named(Default::default()));
     };
     if input.content_type != JSON {
-        return Err(format!(
-            "the input payload is `{}`, not {JSON}",
-            input.content_type
-        ));
+        return Err(BadInput::ContentType(input.content_type.clone()));
     }
     match serde_json::from_slice(&input.bytes) {
         Ok(Value::Object(named)) => Ok(Args::Named(named)),
         Ok(Value::Null) => Ok(Args::Named(Default::default())),
-        Ok(other) => Err(format!(
-            "the input must be an object of named arguments, got {}",
-            crate::sandbox::convert::describe_json(&other)
+        Ok(other) => Err(BadInput::NotAnObject(
+            crate::sandbox::convert::describe_json(&other),
         )),
-        Err(e) => Err(format!("the input payload is not JSON: {e}")),
+        Err(e) => Err(BadInput::NotJson(e)),
     }
 }
 
@@ -229,12 +245,15 @@ mod tests {
 
         let (_, bad) = task(wire_task("[1]"), "acme", Duration::from_secs(1)).unwrap();
         assert_eq!(
-            bad.args,
+            bad.args.map(|_| ()).map_err(|e| e.to_string()),
             Err("the input must be an object of named arguments, got array [1]".into())
         );
         let mut missing = wire_task("{}");
         missing.workflow_id = None;
-        assert!(task(missing, "acme", Duration::from_secs(1)).is_err());
+        assert_eq!(
+            task(missing, "acme", Duration::from_secs(1)).err(),
+            Some(MalformedTask::NoWorkflowId)
+        );
     }
 
     #[test]

@@ -69,8 +69,8 @@ mod tests {
         assert!(info.non_retryable);
         let details = info.details.unwrap();
         assert_eq!(
-            payloads::to_json(&details.payloads[0]),
-            Ok(json!({"trap": "MemoryOutOfBounds"}))
+            payloads::to_json(&details.payloads[0]).ok(),
+            Some(json!({"trap": "MemoryOutOfBounds"}))
         );
     }
 }

@@ -32,7 +32,8 @@ use crate::backoff::{Backoff, Try, patiently};
 use crate::config::{Compression, TemporalBinding};
 use crate::sandbox::TaskInfo;
 use crate::session::{
-    Args, CancelReason, Connector, Inbound, Permits, Report, ReportError, TaskKey, TaskStart,
+    Args, CancelReason, Connector, Inbound, InputError, Permits, Report, ReportError, TaskKey,
+    TaskStart,
 };
 
 /// How soon an activity without a heartbeat timeout learns it was
@@ -221,7 +222,9 @@ fn inbound(task: ActivityTask, tenant: &str) -> Option<Inbound> {
                 key: task.task_token,
                 tenant: tenant.to_owned(),
                 activity_type: start.activity_type.clone(),
-                args: payloads::args_to_json(&start.input).map(Args::Positional),
+                args: payloads::args_to_json(&start.input)
+                    .map(Args::Positional)
+                    .map_err(InputError::new),
                 info: TaskInfo {
                     tenant: tenant.to_owned(),
                     activity_id: start.activity_id.clone(),
