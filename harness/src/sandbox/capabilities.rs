@@ -30,12 +30,21 @@ pub struct DirGrant {
     pub mode: DirMode,
 }
 
+/// Why a `HOST:GUEST[:ro|rw]` text is not a directory grant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirGrantError {
+    #[error("`{0}` is not a directory grant: write HOST:GUEST[:ro|rw]")]
+    Shape(String),
+    #[error("`{text}`: unknown mode `{mode}` (use ro or rw)")]
+    Mode { text: String, mode: String },
+}
+
 impl FromStr for DirGrant {
-    type Err = String;
+    type Err = DirGrantError;
 
     /// `HOST:GUEST[:ro|rw]`; read-only unless `rw` is given.
-    fn from_str(text: &str) -> Result<Self, String> {
-        let usage = || format!("`{text}` is not a directory grant: write HOST:GUEST[:ro|rw]");
+    fn from_str(text: &str) -> Result<Self, DirGrantError> {
+        let usage = || DirGrantError::Shape(text.to_owned());
         let mut parts = text.split(':');
         let (Some(host), Some(guest)) = (parts.next(), parts.next()) else {
             return Err(usage());
@@ -43,7 +52,12 @@ impl FromStr for DirGrant {
         let mode = match parts.next() {
             None | Some("ro") => DirMode::ReadOnly,
             Some("rw") => DirMode::ReadWrite,
-            Some(other) => return Err(format!("`{text}`: unknown mode `{other}` (use ro or rw)")),
+            Some(other) => {
+                return Err(DirGrantError::Mode {
+                    text: text.to_owned(),
+                    mode: other.to_owned(),
+                });
+            }
         };
         if host.is_empty() || guest.is_empty() || parts.next().is_some() {
             return Err(usage());
@@ -89,17 +103,10 @@ mod tests {
         assert_eq!(grant.mode, DirMode::ReadOnly);
         let rw: DirGrant = "/tmp/x:/out:rw".parse().unwrap();
         assert_eq!(rw.mode, DirMode::ReadWrite);
-        assert!(
-            "/tmp"
-                .parse::<DirGrant>()
-                .unwrap_err()
-                .contains("HOST:GUEST")
-        );
-        assert!(
-            "/a:/b:rx"
-                .parse::<DirGrant>()
-                .unwrap_err()
-                .contains("unknown mode `rx`")
-        );
+        let err = "/tmp".parse::<DirGrant>().unwrap_err();
+        assert_eq!(err, DirGrantError::Shape("/tmp".into()));
+        assert!(err.to_string().contains("HOST:GUEST"), "{err}");
+        let err = "/a:/b:rx".parse::<DirGrant>().unwrap_err();
+        assert!(err.to_string().contains("unknown mode `rx`"), "{err}");
     }
 }

@@ -20,7 +20,7 @@ mod stdio;
 mod tenant;
 mod watchdog;
 
-pub use capabilities::{Capabilities, DirGrant, DirMode};
+pub use capabilities::{Capabilities, DirGrant, DirGrantError, DirMode};
 pub use classify::{listed_names, shown_name};
 pub use compile::{CompileError, CompileLimits, worker_main as compile_worker_main};
 pub use component::{LoadError, LoadedComponent};

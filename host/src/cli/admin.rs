@@ -14,7 +14,7 @@ use corral::control::api::UPLOAD_CHUNK;
 use corral::control::generate_token;
 use corral::control::proto::{self, admin_client::AdminClient, run_response, upload_request};
 
-use super::usage_error;
+use super::{key_value, usage_error};
 
 /// How to reach and authenticate to a host.
 #[derive(clap::Args)]
@@ -47,13 +47,13 @@ pub struct DeployArgs {
     #[arg(long)]
     name: Option<String>,
     /// An alias served while this version is active: NAME=ACTIVITY_TYPE.
-    #[arg(long = "alias", value_name = "NAME=TYPE", value_parser = pair)]
+    #[arg(long = "alias", value_name = "NAME=TYPE", value_parser = key_value)]
     aliases: Vec<(String, String)>,
     /// A label kept with the version: KEY=VALUE.
-    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = pair)]
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = key_value)]
     labels: Vec<(String, String)>,
     /// A `wasi:config` key of this deployment, over the tenant's: KEY=VALUE.
-    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = pair)]
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
     config: Vec<(String, String)>,
     /// Store it without activating it.
     #[arg(long)]
@@ -101,43 +101,74 @@ pub struct TokenArgs {
     json: bool,
 }
 
-fn pair(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-        _ => Err(format!("`{text}` is not KEY=VALUE")),
-    }
+/// Why the admin API could not be called.
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error("--endpoint `{endpoint}`: {source}")]
+    Endpoint {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
+    #[error("--ca-cert `{}`: {source}", path.display())]
+    CaCert {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("TLS for `{endpoint}`: {source}")]
+    Tls {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
+    #[error("cannot reach the admin API at {endpoint}: {source}")]
+    Unreachable {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
+    #[error("no token: set CORRAL_TOKEN (or pass --token)")]
+    NoToken,
+    #[error("the token has characters a header cannot carry")]
+    TokenCharacters,
 }
 
 impl Conn {
-    async fn client(&self) -> Result<AdminClient<Channel>, String> {
-        let mut endpoint = Endpoint::from_shared(self.endpoint.clone())
-            .map_err(|e| format!("--endpoint `{}`: {e}", self.endpoint))?;
+    async fn client(&self) -> Result<AdminClient<Channel>, ConnError> {
+        let endpoint_error = |source| ConnError::Endpoint {
+            endpoint: self.endpoint.clone(),
+            source,
+        };
+        let mut endpoint = Endpoint::from_shared(self.endpoint.clone()).map_err(endpoint_error)?;
         if self.endpoint.starts_with("https://") {
             let mut tls = ClientTlsConfig::new().with_enabled_roots();
             if let Some(ca) = &self.ca_cert {
-                let pem =
-                    std::fs::read(ca).map_err(|e| format!("--ca-cert `{}`: {e}", ca.display()))?;
+                let pem = std::fs::read(ca).map_err(|source| ConnError::CaCert {
+                    path: ca.clone(),
+                    source,
+                })?;
                 tls = tls.ca_certificate(Certificate::from_pem(pem));
             }
-            endpoint = endpoint
-                .tls_config(tls)
-                .map_err(|e| format!("TLS for `{}`: {e}", self.endpoint))?;
+            endpoint = endpoint.tls_config(tls).map_err(|source| ConnError::Tls {
+                endpoint: self.endpoint.clone(),
+                source,
+            })?;
         }
         let channel = endpoint
             .connect()
             .await
-            .map_err(|e| format!("cannot reach the admin API at {}: {e}", self.endpoint))?;
+            .map_err(|source| ConnError::Unreachable {
+                endpoint: self.endpoint.clone(),
+                source,
+            })?;
         Ok(AdminClient::new(channel).max_decoding_message_size(64 << 20))
     }
 
-    fn request<T>(&self, message: T) -> Result<Request<T>, String> {
+    fn request<T>(&self, message: T) -> Result<Request<T>, ConnError> {
         let mut request = Request::new(message);
         let Some(token) = &self.token else {
-            return Err("no token: set CORRAL_TOKEN (or pass --token)".to_owned());
+            return Err(ConnError::NoToken);
         };
         let value = format!("Bearer {token}")
             .parse()
-            .map_err(|_| "the token has characters a header cannot carry".to_owned())?;
+            .map_err(|_| ConnError::TokenCharacters)?;
         request.metadata_mut().insert("authorization", value);
         Ok(request)
     }

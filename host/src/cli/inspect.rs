@@ -28,7 +28,7 @@ pub async fn inspect(args: Args) -> ExitCode {
     };
     let bytes = match read_component(&args.file, &args.registry).await {
         Ok(bytes) => bytes,
-        Err(e) => return usage_error(e),
+        Err(e) => return usage_error(corral::error_chain(&e)),
     };
     let component = match sandbox.load(&bytes) {
         Ok(component) => component,

@@ -133,16 +133,43 @@ impl RegistryArgs {
     }
 }
 
+/// A `KEY=VALUE` option that has no `=` or no key.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not KEY=VALUE")]
+struct NotKeyValue(String);
+
+/// The value parser of every `KEY=VALUE` option.
+fn key_value(text: &str) -> Result<(String, String), NotKeyValue> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(NotKeyValue(text.to_owned())),
+    }
+}
+
+/// Why the component a command names could not be read (shown with
+/// [`error_chain`]: an OCI error's causes matter).
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error("cannot read `{path}`: {source}")]
+    File {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Oci(#[from] corral::oci::OciError),
+}
+
 /// The bytes of the component `source` names: a file, or `oci://…`,
 /// pulled (and said so on stderr).
-async fn read_component(source: &str, registry: &RegistryArgs) -> Result<Vec<u8>, String> {
+async fn read_component(source: &str, registry: &RegistryArgs) -> Result<Vec<u8>, ReadError> {
     if !corral::oci::is_reference(source) {
-        return std::fs::read(source).map_err(|e| format!("cannot read `{source}`: {e}"));
+        return std::fs::read(source).map_err(|e| ReadError::File {
+            path: source.to_owned(),
+            source: e,
+        });
     }
-    let reference: corral::oci::OciRef = source.parse().map_err(|e| error_chain(&e))?;
-    let pulled = corral::oci::pull(&reference, &registry.registries())
-        .await
-        .map_err(|e| error_chain(&e))?;
+    let reference: corral::oci::OciRef = source.parse()?;
+    let pulled = corral::oci::pull(&reference, &registry.registries()).await?;
     eprintln!("corral: pulled {reference} ({})", pulled.manifest_digest);
     Ok(pulled.bytes)
 }
@@ -236,4 +263,20 @@ pub fn main() -> ExitCode {
             Command::CompileWorker(_) => ExitCode::SUCCESS,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_value;
+
+    #[test]
+    fn key_value_splits_at_the_first_equals_and_needs_a_key() {
+        let pair = |k: &str, v: &str| Some((k.to_owned(), v.to_owned()));
+        assert_eq!(key_value("a=b=c").ok(), pair("a", "b=c"));
+        assert_eq!(key_value("a=").ok(), pair("a", ""));
+        for bad in ["=x", "novalue", ""] {
+            let err = key_value(bad).unwrap_err();
+            assert_eq!(err.to_string(), format!("`{bad}` is not KEY=VALUE"));
+        }
+    }
 }

@@ -14,7 +14,7 @@ use corral::sandbox::{
 };
 use corral::session::{Permits, Registry, Session};
 
-use super::{CacheArgs, RegistryArgs, read_component, usage_error};
+use super::{CacheArgs, RegistryArgs, key_value, read_component, usage_error};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -44,10 +44,10 @@ pub struct Args {
     #[arg(long = "http-host", value_name = "HOST[:PORT]")]
     http_hosts: Vec<HttpGrant>,
     /// Set a `wasi:config` key the guest reads.
-    #[arg(long = "config", value_name = "K=V", value_parser = parse_env)]
+    #[arg(long = "config", value_name = "K=V", value_parser = key_value)]
     config: Vec<(String, String)>,
     /// Set a guest environment variable (nothing is inherited).
-    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
     env: Vec<(String, String)>,
     /// The attempt number the guest sees.
     #[arg(long, default_value_t = 1)]
@@ -59,13 +59,6 @@ pub struct Args {
     cache: CacheArgs,
     #[command(flatten)]
     registry: RegistryArgs,
-}
-
-fn parse_env(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-        _ => Err(format!("`{text}` is not K=V")),
-    }
 }
 
 /// The tenant a local run belongs to (the guest's `info().tenant`).
@@ -135,7 +128,7 @@ pub async fn run(args: Args) -> ExitCode {
     };
     let bytes = match read_component(&args.file, &args.registry).await {
         Ok(bytes) => bytes,
-        Err(e) => return usage_error(e),
+        Err(e) => return usage_error(corral::error_chain(&e)),
     };
     let component = match sandbox.load(&bytes) {
         Ok(component) => component,

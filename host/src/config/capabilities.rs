@@ -21,7 +21,8 @@ use serde::Deserialize;
 
 use super::{ConfigError, invalid};
 use crate::sandbox::{
-    Capabilities, DirGrant, DirMode, HttpGrant, HttpHost, SecretSource, SecretSpec, Secrets,
+    Capabilities, DirGrant, DirMode, GrantError, HttpGrant, HttpHost, SecretSource, SecretSpec,
+    Secrets,
 };
 
 #[derive(Deserialize, Default)]
@@ -152,25 +153,31 @@ pub(super) fn parse(
     })
 }
 
+/// Why an `http_hosts` entry is not a grant.
+#[derive(Debug, thiserror::Error)]
+enum RuleError {
+    #[error(transparent)]
+    Grant(#[from] GrantError),
+    #[error("{}", .0.to_string().trim_end())]
+    Table(#[source] toml::de::Error),
+    #[error(
+        "a grant is a host (\"api.example.com\") or a table ({{ host = \"…\", methods = […], paths = […], addresses = […] }})"
+    )]
+    Shape,
+}
+
 /// `"api.example.com"` or `{ host = "…", methods, paths, addresses }`.
-fn grant(raw: &toml::Value) -> Result<HttpGrant, String> {
+fn grant(raw: &toml::Value) -> Result<HttpGrant, RuleError> {
     let rule = match raw {
-        toml::Value::String(host) => return host.parse().map_err(|e| format!("{e}")),
-        toml::Value::Table(_) => {
-            RawRule::deserialize(raw.clone()).map_err(|e| e.to_string().trim_end().to_owned())?
-        }
-        _ => {
-            return Err(
-                "a grant is a host (\"api.example.com\") or a table ({ host = \"…\", methods = […], paths = […], addresses = […] })"
-                    .into(),
-            );
-        }
+        toml::Value::String(host) => return Ok(host.parse()?),
+        toml::Value::Table(_) => RawRule::deserialize(raw.clone()).map_err(RuleError::Table)?,
+        _ => return Err(RuleError::Shape),
     };
     let grant = rule
         .host
         .parse::<HttpGrant>()
         .and_then(|g| g.with_methods(&rule.methods))
         .and_then(|g| g.with_paths(&rule.paths))
-        .and_then(|g| g.with_addresses(&rule.addresses));
-    grant.map_err(|e| e.to_string())
+        .and_then(|g| g.with_addresses(&rule.addresses))?;
+    Ok(grant)
 }

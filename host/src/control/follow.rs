@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::ControlError;
 use super::catalog::{Catalog, NewVersion, OCI_MANIFEST_LABEL, OCI_REFERENCE_LABEL};
-use crate::oci::{self, OciRef, Registries};
+use crate::oci::{self, OciError, OciRef, Registries};
 use crate::sync::lock;
 
 /// One followed tag, as `status` and `/metrics` show it.
@@ -30,6 +31,15 @@ pub struct FollowState {
     pub last_error: Option<String>,
     /// A manifest that failed to load: not tried again until the tag moves.
     failed: Option<String>,
+}
+
+/// Why a followed tag's new manifest was not activated.
+#[derive(Debug, thiserror::Error)]
+enum ActivateError {
+    #[error(transparent)]
+    Pull(#[from] OciError),
+    #[error(transparent)]
+    Upload(#[from] ControlError),
 }
 
 /// The followed tags of every tenant, and their state.
@@ -137,7 +147,8 @@ impl Follower {
                     s.failed = None;
                 });
             }
-            Err(message) => {
+            Err(error) => {
+                let message = crate::error_chain(&error);
                 tracing::warn!(
                     tenant,
                     "following {reference}: {wanted} not activated: {message}"
@@ -158,11 +169,9 @@ impl Follower {
         reference: &OciRef,
         manifest: &str,
         registries: &Registries,
-    ) -> Result<String, String> {
+    ) -> Result<String, ActivateError> {
         let pinned = reference.at_digest(manifest);
-        let pulled = oci::pull(&pinned, registries)
-            .await
-            .map_err(|e| crate::error_chain(&e))?;
+        let pulled = oci::pull(&pinned, registries).await?;
         let new = NewVersion {
             name: reference.repository_name().to_owned(),
             aliases: BTreeMap::new(),
@@ -173,11 +182,7 @@ impl Follower {
             config: BTreeMap::new(),
             inactive: false,
         };
-        let (view, _) = self
-            .catalog
-            .upload(tenant, new, pulled.bytes)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (view, _) = self.catalog.upload(tenant, new, pulled.bytes).await?;
         Ok(view.version.digest)
     }
 

@@ -122,7 +122,7 @@ async fn run_file(
     let source = component.unwrap_or(&spec.component);
     let bytes = match read_component(source, registry).await {
         Ok(bytes) => bytes,
-        Err(e) => return failed(e),
+        Err(e) => return failed(corral::error_chain(&e)),
     };
     let component = match host.load_bytes(&bytes) {
         Ok(component) => component,

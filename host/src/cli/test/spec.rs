@@ -32,7 +32,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use corral::config::{Config, ConfigError};
-use corral::sandbox::{FailureClass, Tenant, parse_duration};
+use corral::sandbox::{FailureClass, QuantityError, Tenant, parse_duration};
 use corral::testing::{Call, TestComponent, TestRun};
 
 /// Why a test file cannot be run, naming the file.
@@ -53,11 +53,11 @@ pub enum SpecError {
         path: PathBuf,
         source: Box<ConfigError>,
     },
-    #[error("`{path}`, case `{case}`: {problem}")]
+    #[error("`{path}`, case `{case}`: {source}")]
     Case {
         path: PathBuf,
         case: String,
-        problem: String,
+        source: CaseError,
     },
     #[error("`{path}`: no [[case]] to run")]
     NoCases { path: PathBuf },
@@ -185,10 +185,10 @@ impl Spec {
             .into_iter()
             .map(|case| {
                 let name = case.name.clone();
-                Case::check(case).map_err(|problem| SpecError::Case {
+                Case::check(case).map_err(|source| SpecError::Case {
                     path: path.to_owned(),
                     case: name,
-                    problem,
+                    source,
                 })
             })
             .collect::<Result<_, _>>()?;
@@ -247,48 +247,65 @@ fn policy(raw: &RawFile, component: &str, base: &Path) -> Result<Tenant, ConfigE
         .unwrap_or_default())
 }
 
+/// Why a case of a spec cannot be run.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseError {
+    #[error("{key}: {source}")]
+    Duration {
+        key: &'static str,
+        source: QuantityError,
+    },
+    #[error("args_json[{index}] is not JSON: {source}")]
+    ArgsJson {
+        index: usize,
+        source: serde_json::Error,
+    },
+    #[error("give args or args_json, not both")]
+    BothArgs,
+    #[error("expect.result_json is not JSON: {0}")]
+    ResultJson(#[source] serde_json::Error),
+    #[error(
+        "expect.failure.class: `{0}` is not a failure class ({known})",
+        known = FailureClass::ALL.map(FailureClass::as_str).join(", ")
+    )]
+    FailureClass(String),
+    #[error("expect exactly one of result, result_json or failure")]
+    Expectation,
+}
+
 impl Case {
-    fn check(raw: RawCase) -> Result<Case, String> {
-        let duration = |text: Option<String>, key: &str| {
-            text.map(|t| parse_duration(&t).map_err(|e| format!("{key}: {e}")))
+    fn check(raw: RawCase) -> Result<Case, CaseError> {
+        let duration = |text: Option<String>, key: &'static str| {
+            text.map(|t| parse_duration(&t).map_err(|source| CaseError::Duration { key, source }))
                 .transpose()
         };
         let args = match raw.args_json {
             Some(texts) if raw.args.is_empty() => texts
                 .iter()
                 .enumerate()
-                .map(|(i, t)| {
-                    serde_json::from_str(t).map_err(|e| format!("args_json[{i}] is not JSON: {e}"))
+                .map(|(index, t)| {
+                    serde_json::from_str(t).map_err(|source| CaseError::ArgsJson { index, source })
                 })
                 .collect::<Result<_, _>>()?,
-            Some(_) => return Err("give args or args_json, not both".into()),
+            Some(_) => return Err(CaseError::BothArgs),
             None => raw.args.into_iter().map(json).collect(),
         };
         let e = raw.expect;
         let outcome = match (e.result, e.result_json, e.failure) {
             (Some(value), None, None) => Outcome::Result(json(value)),
-            (None, Some(text), None) => Outcome::Result(
-                serde_json::from_str(&text)
-                    .map_err(|e| format!("expect.result_json is not JSON: {e}"))?,
-            ),
+            (None, Some(text), None) => {
+                Outcome::Result(serde_json::from_str(&text).map_err(CaseError::ResultJson)?)
+            }
             (None, None, Some(f)) => Outcome::Failure {
                 class: FailureClass::ALL
                     .into_iter()
                     .find(|c| c.as_str() == f.class)
-                    .ok_or_else(|| {
-                        format!(
-                            "expect.failure.class: `{}` is not a failure class ({})",
-                            f.class,
-                            FailureClass::ALL.map(FailureClass::as_str).join(", ")
-                        )
-                    })?,
+                    .ok_or_else(|| CaseError::FailureClass(f.class.clone()))?,
                 kind: f.kind,
                 retryable: f.retryable,
                 message: f.message,
             },
-            _ => {
-                return Err("expect exactly one of result, result_json or failure".into());
-            }
+            _ => return Err(CaseError::Expectation),
         };
         Ok(Case {
             name: raw.name,
