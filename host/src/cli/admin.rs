@@ -14,7 +14,7 @@ use corral::control::api::UPLOAD_CHUNK;
 use corral::control::generate_token;
 use corral::control::proto::{self, admin_client::AdminClient, run_response, upload_request};
 
-use super::{key_value, usage_error};
+use super::{error_exit, key_value, usage_error};
 
 /// How to reach and authenticate to a host.
 #[derive(clap::Args)]
@@ -187,11 +187,11 @@ macro_rules! call {
         let mut client = match $conn.client().await {
             Ok(client) => client,
             // With its causes: tonic's own text is only "transport error".
-            Err(e) => return usage_error(corral::error_chain(&e)),
+            Err(e) => return error_exit(&e),
         };
         let request = match $conn.request($message) {
             Ok(request) => request,
-            Err(e) => return usage_error(e),
+            Err(e) => return error_exit(&e),
         };
         match client.$method(request).await {
             Ok(response) => response.into_inner(),
@@ -206,7 +206,7 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
     let (default_name, oci_reference, bytes) = if corral::oci::is_reference(&args.file) {
         let reference: corral::oci::OciRef = match args.file.parse() {
             Ok(reference) => reference,
-            Err(e) => return usage_error(e),
+            Err(e) => return error_exit(&e),
         };
         let name = reference.repository_name().to_owned();
         (name, reference.to_string(), Vec::new())

@@ -19,7 +19,7 @@ use corral::session::Registry;
 use serde_json::Value;
 
 use super::serve::{run, signal_shutdown};
-use super::usage_error;
+use super::{error_exit, usage_error};
 
 const TASK_QUEUE: &str = "corral-dev";
 
@@ -152,7 +152,7 @@ pub async fn dev(args: Args) -> ExitCode {
     };
     let config = match dev_config(&address, &files, &admin) {
         Ok(config) => config,
-        Err(e) => return usage_error(e),
+        Err(e) => return error_exit(&e),
     };
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone(), false));

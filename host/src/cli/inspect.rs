@@ -6,7 +6,7 @@ use serde_json::json;
 
 use corral::sandbox::Sandbox;
 
-use super::{CacheArgs, RegistryArgs, read_component, usage_error};
+use super::{CacheArgs, RegistryArgs, error_exit, read_component, usage_error};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -28,7 +28,7 @@ pub async fn inspect(args: Args) -> ExitCode {
     };
     let bytes = match read_component(&args.file, &args.registry).await {
         Ok(bytes) => bytes,
-        Err(e) => return usage_error(corral::error_chain(&e)),
+        Err(e) => return error_exit(&e),
     };
     let component = match sandbox.load(&bytes) {
         Ok(component) => component,

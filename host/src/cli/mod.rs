@@ -190,6 +190,13 @@ pub(crate) fn usage_error(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// A usage or load error that is an error value: it and its causes (a
+/// library's own text is often only "transport error" or "I/O error"),
+/// exit code 2.
+pub(crate) fn error_exit(error: &(dyn std::error::Error + 'static)) -> ExitCode {
+    usage_error(error_chain(error))
+}
+
 /// The files in `dir` whose names end with `suffix`, sorted (none when
 /// `dir` cannot be read): the default inputs of `dev` and `test`.
 fn files_named(dir: &std::path::Path, suffix: &str) -> Vec<PathBuf> {

@@ -10,7 +10,7 @@ use serde_json::json;
 use corral::oci::{self, ACTIVITY_TYPES_ANNOTATION, OciRef};
 use corral::sandbox::Sandbox;
 
-use super::{CacheArgs, RegistryArgs, error_chain, usage_error};
+use super::{CacheArgs, RegistryArgs, error_chain, error_exit, usage_error};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -27,7 +27,7 @@ pub struct Args {
 pub async fn push(args: Args) -> ExitCode {
     let reference: OciRef = match args.reference.parse() {
         Ok(reference) => reference,
-        Err(e) => return usage_error(e),
+        Err(e) => return error_exit(&e),
     };
     // Only what would load on a host is pushed: the same checks as `inspect`.
     let sandbox = match Sandbox::new(args.cache.sandbox_config()) {

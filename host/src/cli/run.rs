@@ -14,7 +14,7 @@ use corral::sandbox::{
 };
 use corral::session::{Permits, Registry, Session};
 
-use super::{CacheArgs, RegistryArgs, key_value, read_component, usage_error};
+use super::{CacheArgs, RegistryArgs, error_exit, key_value, read_component, usage_error};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -124,11 +124,11 @@ pub async fn run(args: Args) -> ExitCode {
     };
     let tenant = match sandbox.prepare(tenant) {
         Ok(tenant) => tenant,
-        Err(e) => return usage_error(e),
+        Err(e) => return error_exit(&e),
     };
     let bytes = match read_component(&args.file, &args.registry).await {
         Ok(bytes) => bytes,
-        Err(e) => return usage_error(corral::error_chain(&e)),
+        Err(e) => return error_exit(&e),
     };
     let component = match sandbox.load(&bytes) {
         Ok(component) => component,
@@ -138,7 +138,7 @@ pub async fn run(args: Args) -> ExitCode {
     // engine: one tenant, one component, one task at a time.
     let registry = Arc::new(Registry::default());
     if let Err(e) = registry.set_tenant(tenant, &[component], &[]) {
-        return usage_error(e);
+        return error_exit(&e);
     }
     let permits = Permits::new(1, [(TENANT.to_owned(), 1)]);
     let session = Session::new(sandbox, registry, Arc::new(Metrics::default()), permits);
@@ -157,7 +157,7 @@ pub async fn run(args: Args) -> ExitCode {
     });
     let pending = match submitted {
         Ok(pending) => pending,
-        Err(e) => return usage_error(e),
+        Err(e) => return error_exit(&e),
     };
     let canceller = pending.canceller();
     tokio::spawn(async move {

@@ -21,7 +21,8 @@ use corral::sandbox::{CompileLimits, Sandbox, SandboxConfig, Secrets};
 use corral::session::{Connector, Permits, Registry, Session};
 
 use super::{
-    ExtraLayer, SERVER_LOG, default_cache_dir, init_tracing, init_tracing_with, usage_error,
+    ExtraLayer, SERVER_LOG, default_cache_dir, error_exit, init_tracing, init_tracing_with,
+    usage_error,
 };
 use corral::telemetry::Telemetry;
 
@@ -37,7 +38,7 @@ pub async fn serve(args: Args) -> ExitCode {
         Ok(config) => config,
         Err(e) => {
             init_tracing(SERVER_LOG, false);
-            return usage_error(e);
+            return error_exit(&e);
         }
     };
     let json = config.host.log_json;
@@ -47,7 +48,7 @@ pub async fn serve(args: Args) -> ExitCode {
             Ok((telemetry, layer)) => (Some(telemetry), Some(Box::new(layer) as ExtraLayer)),
             Err(e) => {
                 init_tracing(SERVER_LOG, false);
-                return usage_error(e);
+                return error_exit(&e);
             }
         },
     };

@@ -9,7 +9,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::usage_error;
+use super::error_exit;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Lang {
@@ -194,7 +194,7 @@ fn create(dir: &Path, name: &str, lang: Lang) -> Result<(), NewError> {
 pub fn new(args: Args) -> ExitCode {
     let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
     if let Err(e) = create(&dir, &args.name, args.lang) {
-        return usage_error(e);
+        return error_exit(&e);
     }
     let needs = match args.lang {
         Lang::Rust => "Rust with `rustup target add wasm32-wasip2`",
