@@ -10,7 +10,7 @@ use serde_json::json;
 use corral::oci::{self, ACTIVITY_TYPES_ANNOTATION, OciRef};
 use corral::sandbox::Sandbox;
 
-use super::{CacheArgs, RegistryArgs, error_chain, error_exit, usage_error};
+use super::{CacheArgs, RegistryArgs, error_exit, usage_error};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -58,6 +58,6 @@ pub async fn push(args: Args) -> ExitCode {
             println!("component {}", component.digest);
             ExitCode::SUCCESS
         }
-        Err(e) => usage_error(error_chain(&e)),
+        Err(e) => error_exit(&e),
     }
 }

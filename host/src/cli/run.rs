@@ -44,10 +44,10 @@ pub struct Args {
     #[arg(long = "http-host", value_name = "HOST[:PORT]")]
     http_hosts: Vec<HttpGrant>,
     /// Set a `wasi:config` key the guest reads.
-    #[arg(long = "config", value_name = "K=V", value_parser = key_value)]
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
     config: Vec<(String, String)>,
     /// Set a guest environment variable (nothing is inherited).
-    #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = key_value)]
     env: Vec<(String, String)>,
     /// The attempt number the guest sees.
     #[arg(long, default_value_t = 1)]
