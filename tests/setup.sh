@@ -11,12 +11,22 @@ TEMPORALIO_VERSION=1.35.0
 OPENTELEMETRY_SDK_VERSION=1.45.2
 AION_CLI_VERSION=0.31.0
 
+# The pinned Rust toolchain (rust-toolchain.toml) with its components and the
+# wasm32-wasip2 target. rustup honours the file only once the toolchain is
+# installed (RUSTUP_AUTO_INSTALL may be 0), so install it explicitly.
+setup_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUST_TOOLCHAIN="$(sed -n 's/^channel = "\(.*\)"$/\1/p' "$setup_root/rust-toolchain.toml")"
 # (Output is captured before matching: `grep -q` closing a pipe early would
 # fail the pipeline under pipefail.)
-installed_targets="$(rustup target list --installed)"
+installed_toolchains="$(rustup toolchain list)"
+if ! grep -q "^$RUST_TOOLCHAIN-" <<<"$installed_toolchains"; then
+  echo "setup: installing Rust $RUST_TOOLCHAIN (rust-toolchain.toml) with clippy, rustfmt and wasm32-wasip2" >&2
+  rustup toolchain install "$RUST_TOOLCHAIN" --profile minimal -c clippy,rustfmt -t wasm32-wasip2
+fi
+installed_targets="$(rustup +"$RUST_TOOLCHAIN" target list --installed)"
 if ! grep -qx wasm32-wasip2 <<<"$installed_targets"; then
   echo "setup: adding the wasm32-wasip2 Rust target" >&2
-  rustup target add wasm32-wasip2
+  rustup +"$RUST_TOOLCHAIN" target add wasm32-wasip2
 fi
 
 # The temporal CLI and dev server: the quickstart serves the examples on it,
@@ -44,11 +54,11 @@ if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
     echo "setup: installing docker-registry and apache2-utils (the OCI tests use a real registry, with a password)" >&2
     apt-get install -y -qq docker-registry apache2-utils >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq docker-registry apache2-utils)
   fi
-  installed_components="$(rustup component list --installed)"
+  installed_components="$(rustup +"$RUST_TOOLCHAIN" component list --installed)"
   for component in clippy rustfmt; do
     if ! grep -q "^$component" <<<"$installed_components"; then
       echo "setup: adding rustup component $component" >&2
-      rustup component add "$component"
+      rustup +"$RUST_TOOLCHAIN" component add "$component"
     fi
   done
   if [ "$(componentize-py --version 2>/dev/null | awk '{print $2}')" != "$COMPONENTIZE_PY_VERSION" ]; then

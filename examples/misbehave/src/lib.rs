@@ -84,7 +84,7 @@ impl Guest for Misbehave {
         }
         for _ in 0..times {
             held.1
-                .push(text.bytes().chain([b' ']).cycle().take(BALLAST).collect());
+                .push(text.bytes().chain(*b" ").cycle().take(BALLAST).collect());
             held.0.push(text.clone());
         }
         held.0.clone()

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use wasmtime::component::types::{ResultType, Type};
 use wasmtime::component::{ResourceTable, Val};
-use wasmtime::{CallHook, Store};
+use wasmtime::{AsContext as _, CallHook, Store, UpdateDeadline};
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use super::classify::{Evidence, classify, listed_names, shown_name};
@@ -65,10 +65,6 @@ impl Task {
 
 /// One observer for every unobserved task, not one allocation per task.
 static UNOBSERVED: LazyLock<Arc<dyn TaskObserver>> = LazyLock::new(|| Arc::new(Unobserved));
-
-/// An epoch deadline that is never reached: nothing advances the engine's
-/// epoch, so the epoch check fires only when the watchdog asks for a yield.
-const NEVER: u64 = 1 << 62;
 
 /// How the race between the guest, the deadline and cancellation ended.
 enum Ended {
@@ -201,20 +197,27 @@ impl Sandbox {
             match state.watchdog.on_host_call(Instant::now(), cancelled) {
                 Verdict::Continue => Ok(()),
                 Verdict::Yield => {
-                    // The yield is armed only when asked for: a task
-                    // that never needs one allocates no callback.
-                    store.epoch_deadline_async_yield_and_update(NEVER);
-                    store.set_epoch_deadline(0);
+                    // A hook may not touch the store's own deadline: move
+                    // the engine's epoch past every running store's, and
+                    // this store's callback (below) yields.
+                    store.as_context().engine().increment_epoch();
                     Ok(())
                 }
                 Verdict::Stop(interrupt) => Err(wasmtime::Error::new(interrupt)),
             }
         });
-        // A store's epoch deadline starts at 0, already reached: without
-        // this every task stopped at its first epoch check. Until the
-        // watchdog asks for a yield (above), reaching it would trap; it is
-        // never reached, as nothing advances the engine's epoch.
-        store.set_epoch_deadline(NEVER);
+        // Only a watchdog's yield advances the engine's epoch, so a store's
+        // deadline of one tick is reached only then: the store that asked
+        // yields, any other running store checks its own watchdog and goes
+        // on (a flag read). The callback captures nothing: no allocation.
+        store.epoch_deadline_callback(|mut store| {
+            Ok(if store.data_mut().watchdog.take_yield() {
+                UpdateDeadline::Yield(1)
+            } else {
+                UpdateDeadline::Continue(1)
+            })
+        });
+        store.set_epoch_deadline(1);
         // The tenant's CPU budget, and a yield to the runtime every so much
         // fuel: this is what lets the deadline and cancellation below end a
         // guest that never returns, and keeps one busy guest from starving

@@ -12,10 +12,13 @@
 //! each call from the guest into the host. There it
 //! - stops the guest once its deadline has passed, or once a cancel's grace
 //!   period has run out (so a deadline holds within one host call);
-//! - makes the guest yield to the runtime at its next wasm instruction once
-//!   it has run for a time slice without yielding (the epoch deadline of the
-//!   store is set to "now": nothing ever advances the engine's epoch, so the
-//!   epoch check costs a compare and fires only when asked to).
+//! - makes the guest yield to the runtime at its next epoch check (a loop
+//!   header or function entry) once it has run for a time slice without
+//!   yielding. A call hook may not change its store's epoch deadline
+//!   (wasmtime 50), so the hook advances the engine's epoch instead: every
+//!   running store's one-tick deadline is reached, the store that asked
+//!   yields, the others read a flag and go on. Nothing else advances the
+//!   epoch, so a task that never needs a yield never sees its callback.
 //!
 //! It costs one clock read per host call; no thread, no timer.
 
@@ -53,6 +56,8 @@ pub(crate) struct Watchdog {
     cancel_seen: Option<Instant>,
     /// When the guest is next made to yield.
     next_yield: Instant,
+    /// A yield was asked for and the guest has not yielded yet.
+    yield_pending: bool,
     /// Why the guest was stopped, if it was: the evidence classification
     /// reads (a guest may catch nothing, but its language runtime may turn
     /// the trap into something else on the way out).
@@ -66,6 +71,7 @@ impl Watchdog {
             grace,
             cancel_seen: None,
             next_yield: started + TIME_SLICE,
+            yield_pending: false,
             fired: None,
         }
     }
@@ -94,9 +100,16 @@ impl Watchdog {
         }
         if now >= self.next_yield {
             self.next_yield = now + TIME_SLICE;
+            self.yield_pending = true;
             return Verdict::Yield;
         }
         Verdict::Continue
+    }
+
+    /// Whether the guest owes a yield (asked for at a host call), clearing
+    /// it: read at the guest's next epoch check.
+    pub(crate) fn take_yield(&mut self) -> bool {
+        std::mem::take(&mut self.yield_pending)
     }
 
     fn stop(&mut self, interrupt: Interrupt) -> Verdict {
