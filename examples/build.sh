@@ -27,6 +27,10 @@ guests="$here/../tests/guests/dist"
 mkdir -p "$guests"
 cp -p "$target/wasm32-wasip2/release/hostile.wasm" "$guests/hostile.wasm.tmp"
 mv "$guests/hostile.wasm.tmp" "$guests/hostile.wasm"
+# The same guest without function names (a stripped tenant component).
+cargo build "${quiet[@]}" --profile stripped --target wasm32-wasip2 --manifest-path "$here/Cargo.toml" --target-dir "$target" -p hostile
+cp -p "$target/wasm32-wasip2/stripped/hostile.wasm" "$guests/hostile-stripped.wasm.tmp"
+mv "$guests/hostile-stripped.wasm.tmp" "$guests/hostile-stripped.wasm"
 # Version 1 of `versioned` is dist/versioned.wasm; version 2 of the same
 # deployment is dist/v2/versioned.wasm (kept apart: both export the same types).
 cp -p "$target/wasm32-wasip2/release/versioned.wasm" "$dist/versioned.wasm.tmp"

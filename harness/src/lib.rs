@@ -17,6 +17,7 @@ pub mod local;
 pub mod metrics;
 pub mod sandbox;
 pub mod session;
+pub mod shown;
 #[doc(hidden)]
 pub mod sync;
 pub mod testing;

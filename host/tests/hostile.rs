@@ -217,6 +217,52 @@ fn one_host_call_cannot_make_the_host_build_unbounded_random_bytes() {
     });
 }
 
+/// Each host function a guest can call against its contract, the words the
+/// host refuses it with.
+const MISUSES: [(&str, &str); 5] = [
+    ("random", "exceeds limit 1048576"),
+    ("insecure-random", "exceeds limit 1048576"),
+    ("poll-empty", "empty poll list"),
+    ("bad-handle", "unknown handle index"),
+    ("write-over-permit", "write exceeded budget"),
+];
+
+#[test]
+fn a_guest_that_misuses_a_host_function_fails_as_its_own_trap_named_or_stripped() {
+    within(Runtime::Threads, async {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host()
+            .dir(dir.path(), "/d", DirMode::ReadWrite)
+            .build()
+            .unwrap();
+        for guest in ["hostile", "hostile-stripped"] {
+            let component = host.load_file(hostile_guest(guest)).unwrap();
+            for (how, said) in MISUSES {
+                let run = component
+                    .call("demo:hostile/api.misuse")
+                    .args([json!(how), json!("/d")])
+                    .run()
+                    .await;
+                // A Host failure would be retried, and blame the host.
+                let failure = run.expect_failure(FailureClass::Trap);
+                assert!(!failure.retryable, "{guest} {how}: {failure}");
+                assert!(
+                    failure.message.contains("called the host incorrectly")
+                        && failure.message.contains(said),
+                    "{guest} {how}: {failure}"
+                );
+                // The host's words, not wasmtime's backtrace of guest-chosen
+                // names.
+                assert!(
+                    !failure.message.contains("wasm backtrace"),
+                    "{guest} {how}: {failure}"
+                );
+            }
+        }
+        assert_healthy(&host).await;
+    });
+}
+
 #[test]
 fn empty_lines_cost_their_overhead_in_the_output_budget() {
     within(Runtime::Threads, async {

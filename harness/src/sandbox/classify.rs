@@ -8,6 +8,7 @@ use wasmtime_wasi::I32Exit;
 use super::context::ContractViolation;
 use super::failure::{Failure, FailureClass, RetryPolicy};
 use super::limits::{Breach, LimitExceeded, format_bytes};
+use crate::shown::shown;
 
 /// Most backtrace frames named in a message.
 const MAX_FRAMES: usize = 12;
@@ -33,6 +34,12 @@ pub(crate) fn classify(
     policy: &RetryPolicy,
 ) -> Failure {
     let frames = backtrace(error);
+    // Whether wasm was on the stack when the error arose, named frames or
+    // not: a stripped guest's frames have no names, and it misuses the host
+    // as surely as one with names.
+    let in_guest = error
+        .downcast_ref::<WasmBacktrace>()
+        .is_some_and(|trace| !trace.frames().is_empty());
     let trap = error.downcast_ref::<Trap>().copied();
     let with_trace = |mut details: Value| {
         if !frames.is_empty() {
@@ -142,16 +149,33 @@ pub(crate) fn classify(
                 .with_details(with_trace(json!({ "trap": format!("{trap:?}") })))
         }
         // The guest was running (wasm frames exist) when a host function
-        // raised an error: the guest misused the host.
-        None if !frames.is_empty() => Failure::new(
+        // raised an error: the guest misused the host. Its own fault, never
+        // the host's, and not retried.
+        None if in_guest => Failure::new(
             FailureClass::Trap,
             policy,
-            format!("the guest called the host incorrectly: {error:#}{location}"),
+            format!(
+                "the guest called the host incorrectly: {}{location}",
+                host_message(error)
+            ),
         )
         .with_details(with_trace(json!({}))),
         None => Failure::new(FailureClass::Host, policy, format!("{error:#}")),
     }
 }
+
+/// What the host said when it refused a guest's call: the error's causes
+/// without wasmtime's backtrace context (which lists every guest-chosen
+/// frame name), bounded.
+fn host_message(error: &wasmtime::Error) -> String {
+    // wasmtime attaches the backtrace as the outermost context.
+    let skip = usize::from(error.downcast_ref::<WasmBacktrace>().is_some());
+    let causes: Vec<String> = error.chain().skip(skip).map(ToString::to_string).collect();
+    shown(&causes.join(": "), MAX_HOST_MESSAGE)
+}
+
+/// Longest host message kept in a failure.
+const MAX_HOST_MESSAGE: usize = 500;
 
 /// Whether wasmtime refused to lift what the guest passed the host because
 /// it exceeded the store's hostcall fuel (`Store::set_hostcall_fuel`). Its
@@ -172,17 +196,17 @@ fn backtrace(error: &wasmtime::Error) -> Vec<String> {
         .iter()
         .filter_map(|frame| frame.func_name())
         .take(MAX_FRAMES)
-        .map(|name| truncate(&format!("{:#}", rustc_demangle::demangle(name)), MAX_NAME))
+        .map(|name| shown(&format!("{:#}", rustc_demangle::demangle(name)), MAX_NAME))
         .collect()
 }
 
 /// Most names a message lists (activity types a task could have named).
 const MAX_LISTED: usize = 20;
 
-/// A guest- or caller-chosen name as a message shows it: at most
+/// A guest- or caller-chosen name as a message shows it: escaped, at most
 /// [`MAX_NAME`] bytes.
 pub fn shown_name(name: &str) -> String {
-    truncate(name, MAX_NAME)
+    shown(name, MAX_NAME)
 }
 
 /// Names as a message lists them: each [`shown_name`], at most 20, then
@@ -194,19 +218,6 @@ pub fn listed_names<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String
         listed.push(format!("and {more} more"));
     }
     listed.join(", ")
-}
-
-/// `text` cut to at most `max` bytes at a character boundary, marked with
-/// `…` where it was cut.
-pub(crate) fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 /// The function filling the whole backtrace, when every recorded frame is

@@ -90,6 +90,31 @@ impl Guest for Hostile {
         reached as u32
     }
 
+    fn misuse(how: String, dir: String) -> String {
+        const OVER: u64 = 2 << 20;
+        match how.as_str() {
+            "random" => {
+                black_box(wasip2::random::random::get_random_bytes(OVER));
+            }
+            "insecure-random" => {
+                black_box(wasip2::random::insecure::get_insecure_random_bytes(OVER));
+            }
+            "poll-empty" => {
+                black_box(wasip2::io::poll::poll(&[]));
+            }
+            "bad-handle" => {
+                // SAFETY (of the guest's own memory): a handle number the
+                // host never gave out; only the host's check is at stake.
+                let stream = unsafe { wasip2::io::streams::OutputStream::from_handle(0x00ff_fff0) };
+                let _ = black_box(stream.check_write());
+                std::mem::forget(stream);
+            }
+            "write-over-permit" => return write_over_permit(&dir),
+            other => return format!("unknown misuse `{other}`"),
+        }
+        format!("the host let `{how}` pass")
+    }
+
     fn hold_files(path: String, count: u32) -> Result<u32, String> {
         let mut held = Vec::new();
         for opened in 0..count {
@@ -101,6 +126,32 @@ impl Guest for Hostile {
         black_box(&held);
         Ok(held.len() as u32)
     }
+}
+
+/// Writes far more to a file's stream than `check-write` permits.
+fn write_over_permit(dir: &str) -> String {
+    use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
+    let Some((root, _)) = wasip2::filesystem::preopens::get_directories()
+        .into_iter()
+        .find(|(_, path)| path == dir)
+    else {
+        return format!("no directory is granted at `{dir}`");
+    };
+    let file = match root.open_at(
+        PathFlags::empty(),
+        "over-permit",
+        OpenFlags::CREATE,
+        DescriptorFlags::WRITE,
+    ) {
+        Ok(file) => file,
+        Err(e) => return format!("opening: {e}"),
+    };
+    let stream = match file.write_via_stream(0) {
+        Ok(stream) => stream,
+        Err(e) => return format!("streaming: {e}"),
+    };
+    let _ = stream.write(&vec![b'x'; 16 << 20]);
+    "the host let `write-over-permit` pass".to_owned()
 }
 
 /// One frame of `deep_until`: eight values live across the call, which
