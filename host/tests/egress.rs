@@ -194,7 +194,7 @@ async fn a_secret_reaches_only_its_host_and_never_comes_back_in_clear() {
         &dir,
         "PAY_KEY",
         KEY,
-        &[format!("127.0.0.1:{pay}")],
+        &[format!("http://127.0.0.1:{pay}")],
     )])
     .unwrap();
     let tenant = |base: u16| {
@@ -280,4 +280,123 @@ async fn a_guest_reads_its_settings_and_secret_placeholders_through_wasi_config(
     assert_eq!(failure.kind, "Config");
     assert!(failure.message.contains("`currency` is not configured"));
     nothing_more(&arrived);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secret_whose_host_names_no_scheme_is_never_sent_in_clear() {
+    const KEY: &str = "sk_live_51HcorralTestKey";
+    let (pay, arrived) = recording_server(|_| (200, vec![], "ok".into()));
+    let dir = tempfile::tempdir().unwrap();
+    // `127.0.0.1:PORT`, not `http://…`: HTTPS only.
+    let secrets = Secrets::load(vec![secret_file(
+        &dir,
+        "PAY_KEY",
+        KEY,
+        &[format!("127.0.0.1:{pay}")],
+    )])
+    .unwrap();
+    let host = host()
+        .http_host(&format!("127.0.0.1:{pay}"))
+        .config("api_base", &format!("http://127.0.0.1:{pay}"))
+        .config("currency", "EUR")
+        .secrets(Arc::new(secrets))
+        .build()
+        .unwrap();
+    let fetch = host.load_file(example("fetch")).unwrap();
+    let refused = fetch
+        .call("demo:fetch/payments.charge")
+        .arg(json!(1250))
+        .run()
+        .await;
+    let failure = refused.expect_failure(FailureClass::Application);
+    assert!(
+        failure
+            .message
+            .contains("which may not be sent to this host"),
+        "{failure}"
+    );
+    nothing_more(&arrived);
+}
+
+/// Everything `tracing` writes while `test` runs on this thread: the log's
+/// lines and every span's fields, as an exporter would see them.
+fn traced(test: impl Future<Output = ()>) -> String {
+    use std::sync::Mutex;
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(test);
+    String::from_utf8_lossy(&sink.0.lock().unwrap()).into_owned()
+}
+
+#[test]
+fn a_secret_a_guest_learned_is_never_written_in_clear_in_the_log_or_a_span() {
+    // A guest that learned the key (an API echoed it) puts it in a path,
+    // as written and percent-encoded, and in a query: under the grant's
+    // path rule (an `http` span's url) and outside it (a refusal in the
+    // host's log).
+    const KEY: &str = "sk_live_51Hcorral:TestKey";
+    let (pay, _arrived) = recording_server(|_| (200, vec![], "ok".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = Secrets::load(vec![secret_file(
+        &dir,
+        "PAY_KEY",
+        KEY,
+        &[format!("http://127.0.0.1:{pay}")],
+    )])
+    .unwrap();
+    let host = host()
+        .http_grant(
+            grant(&format!("127.0.0.1:{pay}"))
+                .with_paths(["/v1"])
+                .unwrap(),
+        )
+        .secrets(Arc::new(secrets))
+        .build()
+        .unwrap();
+    let fetch = host.load_file(example("fetch")).unwrap();
+    let encoded = KEY.replace(':', "%3A");
+    let urls = [
+        format!("http://127.0.0.1:{pay}/v1/{KEY}"),
+        format!("http://127.0.0.1:{pay}/v1/{encoded}"),
+        format!("http://127.0.0.1:{pay}/elsewhere/{KEY}"),
+        format!("http://127.0.0.1:{pay}/elsewhere/{encoded}"),
+        format!("http://127.0.0.1:{pay}/v1/q?k={KEY}"),
+    ];
+    let written = traced(async {
+        for url in &urls {
+            let _ = fetch
+                .call("demo:fetch/api.send")
+                .arg(request("GET", url, &[], false))
+                .run()
+                .await;
+        }
+    });
+    assert!(written.contains("outbound HTTP refused"), "{written}");
+    assert!(written.contains("url=GET"), "{written}");
+    assert!(written.contains("[secret PAY_KEY]"), "{written}");
+    for clear in [KEY, encoded.as_str(), "51Hcorral"] {
+        assert!(!written.contains(clear), "{clear} in:\n{written}");
+    }
 }

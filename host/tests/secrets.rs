@@ -37,7 +37,7 @@ fn a_keyed_api_gets_the_key_the_guest_and_the_logs_never_see() {
     let host = Host::new(r#"secret_refresh = "1h""#);
     let alpha = format!(
         r#"config = {{ api_base = "http://127.0.0.1:{pay}", currency = "EUR" }}
-secrets = {{ PAY_KEY = {{ file = {file:?}, hosts = ["127.0.0.1:{pay}"] }} }}
+secrets = {{ PAY_KEY = {{ file = {file:?}, hosts = ["http://127.0.0.1:{pay}"] }} }}
 capabilities = {{ http_hosts = [{{ host = "127.0.0.1:{pay}", methods = ["POST"], paths = ["/v1/charges"] }}] }}"#,
         file = path(&key_file),
     );

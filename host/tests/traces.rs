@@ -41,7 +41,7 @@ name = "acme"
 temporal = {{ address = "http://{address}", namespace = "default", task_queue = "{queue}" }}
 components = [{fetch:?}]
 config = {{ api_base = "http://127.0.0.1:{pay}", currency = "EUR" }}
-secrets = {{ PAY_KEY = {{ file = {file:?}, hosts = ["127.0.0.1:{pay}"] }} }}
+secrets = {{ PAY_KEY = {{ file = {file:?}, hosts = ["http://127.0.0.1:{pay}"] }} }}
 capabilities = {{ http_hosts = [{{ host = "127.0.0.1:{pay}", methods = ["POST"], paths = ["/v1/charges"] }}] }}
 "#,
         otlp = receiver.port,

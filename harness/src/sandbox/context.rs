@@ -186,7 +186,7 @@ impl context::Host for TaskState {
         } = &*self.labels;
         macro_rules! emit {
             ($lvl:ident) => {
-                tracing::$lvl!(target: "corral::guest", %tenant, %activity_type, %activity_id, "{message}")
+                tracing::$lvl!(target: "corral::guest", %tenant, %activity_type, %activity_id, "{}", crate::shown::Escaped(&message))
             };
         }
         match level {

@@ -137,7 +137,8 @@ impl Sandbox {
         let labels = Arc::new(TaskLabels {
             tenant: tenant.label.clone(),
             activity_type: activity.name.clone(),
-            activity_id: task.info.activity_id.clone(),
+            // Chosen by whoever started the activity: escaped and bounded.
+            activity_id: crate::shown::shown(&task.info.activity_id, crate::shown::MAX_NAME),
         });
         let secrets = tenant.capabilities.secrets.clone();
         let capture = Capture::new(
@@ -279,7 +280,8 @@ impl Sandbox {
                 let returned = results
                     .first_mut()
                     .map(|val| std::mem::replace(val, Val::Bool(false)));
-                let outcome = result_to_outcome(activity.result.as_ref(), returned, limits, policy);
+                let outcome =
+                    result_to_outcome(activity.result.as_ref(), returned, limits, policy, &secrets);
                 match outcome {
                     Err(failure)
                         if task.cancel.is_cancelled()
@@ -379,6 +381,7 @@ fn result_to_outcome(
     val: Option<Val>,
     limits: &Limits,
     policy: &RetryPolicy,
+    secrets: &Secrets,
 ) -> Outcome {
     let invalid = |message: String| Failure::new(FailureClass::InvalidOutput, policy, message);
     // (A failure is bounded in `guest_failure`, by its own message.)
@@ -398,7 +401,15 @@ fn result_to_outcome(
         (Some(Type::Result(result)), Some(Val::Result(returned))) => match returned {
             Ok(ok) => convert::payload_to_json(result.ok(), ok.map(|v| *v))
                 .map_err(|e| invalid(format!("the result {e}")))?,
-            Err(err) => return Err(guest_failure(result, err.map(|v| *v), limits, policy)),
+            Err(err) => {
+                return Err(guest_failure(
+                    result,
+                    err.map(|v| *v),
+                    limits,
+                    policy,
+                    secrets,
+                ));
+            }
         },
         (Some(ty), Some(val)) => {
             to_json(ty, val).map_err(|e| invalid(format!("the result {e}")))?
@@ -423,6 +434,7 @@ fn guest_failure(
     err: Option<Val>,
     limits: &Limits,
     policy: &RetryPolicy,
+    secrets: &Secrets,
 ) -> Failure {
     let err = match err {
         Some(Val::Record(fields)) => match failure_record(fields) {
@@ -441,7 +453,9 @@ fn guest_failure(
             );
         }
     };
-    let mut shown = details.to_string();
+    // Redacted before it is cut: a value spanning the cut would leave its
+    // start in the message.
+    let mut shown = secrets.redact(&details.to_string()).into_owned();
     if shown.len() > 200 {
         shown = format!("{}…", shown.chars().take(200).collect::<String>());
     }

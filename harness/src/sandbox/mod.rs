@@ -31,7 +31,7 @@ pub use failure::{Failure, FailureClass, Outcome, RetryPolicy};
 pub use http::{GrantError, HttpGrant, HttpHost};
 pub use limits::{Limits, QuantityError, format_bytes, parse_bytes, parse_duration};
 pub use observer::{LogLevel, Stream, TaskObserver, Unobserved};
-pub use secrets::{PLACEHOLDER_PREFIX, SecretError, SecretSource, SecretSpec, Secrets};
+pub use secrets::{PLACEHOLDER_PREFIX, SecretError, SecretHost, SecretSource, SecretSpec, Secrets};
 pub use signature::{
     ActivityDescription, ActivityType, ParamDescription, UnsupportedExport, render,
 };

@@ -8,17 +8,27 @@
 //!
 //! Whatever the guest hands back (log lines, output, heartbeats, failures)
 //! has every value corral ever loaded replaced by `[secret NAME]`, so a
-//! server that echoes a key cannot make the guest print it in clear.
+//! server that echoes a key cannot make the guest print it in clear. Each
+//! value is found as written, percent-encoded (upper- or lower-case hex,
+//! space as `%20` or `+`) and JSON-escaped; base64 and other encodings of
+//! it, or of a text around it, are not found. Output cut into pieces (long
+//! lines, the stderr tail a failure quotes) is redacted before it is cut,
+//! so a value spanning a cut is caught too.
+//!
+//! A secret's host written without a scheme is reached over HTTPS only: the
+//! value never leaves in clear text unless the rule says `http://`.
 
 use std::borrow::Cow;
 use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use hyper::http::HeaderValue;
 use serde_json::Value;
 
-use super::http::HttpHost;
+use super::http::{GrantError, HttpHost};
 use crate::sync::{read, write};
 
 /// What every placeholder starts with.
@@ -48,6 +58,48 @@ impl fmt::Display for SecretSource {
     }
 }
 
+/// Where a secret's value may go: a host (as an `http_hosts` grant names
+/// one) over HTTPS, or also over plain HTTP when written `http://host`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretHost {
+    host: HttpHost,
+    plain_http: bool,
+}
+
+impl FromStr for SecretHost {
+    type Err = GrantError;
+
+    fn from_str(text: &str) -> Result<Self, GrantError> {
+        let (plain_http, rest) = match (text.strip_prefix("http://"), text.strip_prefix("https://"))
+        {
+            (Some(rest), _) => (true, rest),
+            (_, Some(rest)) => (false, rest),
+            _ => (false, text),
+        };
+        let host = rest.parse().map_err(|e| match e {
+            GrantError::NotAHost(_) => GrantError::NotAHost(text.to_owned()),
+            other => other,
+        })?;
+        Ok(SecretHost { host, plain_http })
+    }
+}
+
+impl fmt::Display for SecretHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.plain_http {
+            f.write_str("http://")?;
+        }
+        write!(f, "{}", self.host)
+    }
+}
+
+impl SecretHost {
+    /// Whether the value may go to `host`:`port` over `https` (or not).
+    fn allows(&self, host: &str, port: u16, https: bool) -> bool {
+        (https || self.plain_http) && self.host.allows(host, port)
+    }
+}
+
 /// A secret as configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretSpec {
@@ -55,7 +107,7 @@ pub struct SecretSpec {
     pub name: String,
     pub source: SecretSource,
     /// Where its value may go.
-    pub hosts: Vec<HttpHost>,
+    pub hosts: Vec<SecretHost>,
     /// Whether the value may be put in a URI's query (headers only when
     /// false).
     pub in_query: bool,
@@ -93,8 +145,32 @@ pub enum SecretError {
 struct Entry {
     spec: SecretSpec,
     placeholder: String,
-    value: RwLock<Arc<str>>,
-    old: RwLock<Vec<Arc<str>>>,
+    values: RwLock<Arc<Values>>,
+}
+
+/// A secret's value, the values it had before a reload, and every spelling
+/// of them that redaction finds.
+struct Values {
+    current: Arc<str>,
+    old: Vec<Arc<str>>,
+    /// Longest first.
+    forms: Vec<String>,
+}
+
+impl Values {
+    fn new(current: Arc<str>, old: Vec<Arc<str>>) -> Values {
+        let mut forms: Vec<String> = std::iter::once(&current)
+            .chain(&old)
+            .flat_map(|value| spellings(value))
+            .collect();
+        forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+        forms.dedup();
+        Values {
+            current,
+            old,
+            forms,
+        }
+    }
 }
 
 /// One tenant's secrets, loaded. Shared by every task of the tenant;
@@ -104,6 +180,9 @@ pub struct Secrets {
     /// Longest name first, so a placeholder that starts another's is never
     /// matched as the shorter one.
     entries: Vec<Entry>,
+    /// One less than the longest spelling of any value: what a cut must
+    /// hold back so that a value spanning it is still found.
+    hold: AtomicUsize,
 }
 
 impl fmt::Debug for Secrets {
@@ -146,12 +225,34 @@ impl Secrets {
             entries.push(Entry {
                 placeholder: format!("{PLACEHOLDER_PREFIX}{}", spec.name),
                 spec,
-                value: RwLock::new(value),
-                old: RwLock::new(Vec::new()),
+                values: RwLock::new(Arc::new(Values::new(value, Vec::new()))),
             });
         }
         entries.sort_by_key(|e| std::cmp::Reverse(e.spec.name.len()));
-        Ok(Secrets { entries })
+        let secrets = Secrets {
+            entries,
+            hold: AtomicUsize::new(0),
+        };
+        secrets.measure();
+        Ok(secrets)
+    }
+
+    /// Records the longest spelling of any value (after a load or reload).
+    fn measure(&self) {
+        let longest = self
+            .entries
+            .iter()
+            .filter_map(|e| read(&e.values).forms.first().map(String::len))
+            .max()
+            .unwrap_or(0);
+        self.hold
+            .store(longest.saturating_sub(1), Ordering::Relaxed);
+    }
+
+    /// How many bytes at the end of a piece of output may be the start of a
+    /// value: a cut there must keep them for the next piece.
+    pub(crate) fn hold(&self) -> usize {
+        self.hold.load(Ordering::Relaxed)
     }
 
     /// Re-reads every value. One that cannot be read keeps its last good
@@ -163,18 +264,19 @@ impl Secrets {
         for entry in &self.entries {
             match read_value(&entry.spec) {
                 Ok(fresh) => {
-                    let mut value = write(&entry.value);
-                    if *value != fresh {
-                        let previous = std::mem::replace(&mut *value, fresh);
-                        let mut old = write(&entry.old);
-                        old.insert(0, previous);
+                    let mut values = write(&entry.values);
+                    if values.current != fresh {
+                        let mut old = values.old.clone();
+                        old.insert(0, values.current.clone());
                         old.truncate(KEPT_OLD_VALUES);
+                        *values = Arc::new(Values::new(fresh, old));
                         changed += 1;
                     }
                 }
                 Err(e) => errors.push(e),
             }
         }
+        self.measure();
         (changed, errors)
     }
 
@@ -206,9 +308,14 @@ impl Secrets {
         if self.entries.is_empty() {
             return Ok(());
         }
-        let destination = format!("{host}:{port}");
+        let https = request.uri().scheme_str() == Some("https");
+        let destination = if https {
+            format!("{host}:{port}")
+        } else {
+            format!("http://{host}:{port}")
+        };
         let allowed = |entry: &Entry, in_uri: bool| {
-            let ok = entry.spec.hosts.iter().any(|h| h.allows(host, port))
+            let ok = entry.spec.hosts.iter().any(|h| h.allows(host, port, https))
                 && (!in_uri || entry.spec.in_query);
             if ok {
                 Ok(())
@@ -252,7 +359,7 @@ impl Secrets {
             }
             let mut text = text.to_owned();
             for entry in present {
-                text = text.replace(&entry.placeholder, &read(&entry.value));
+                text = text.replace(&entry.placeholder, &read(&entry.values).current);
             }
             // The value was checked header-safe when it was read.
             if let Ok(mut substituted) = HeaderValue::from_str(&text) {
@@ -263,7 +370,7 @@ impl Secrets {
         if !uri_secrets.is_empty() {
             let mut text = uri;
             for entry in uri_secrets {
-                text = text.replace(&entry.placeholder, &read(&entry.value));
+                text = text.replace(&entry.placeholder, &read(&entry.values).current);
             }
             if let Ok(uri) = text.parse() {
                 *request.uri_mut() = uri;
@@ -290,22 +397,43 @@ impl Secrets {
         found
     }
 
-    /// `text` with every value this tenant's secrets have had replaced by
-    /// `[secret NAME]`.
+    /// `text` with every value this tenant's secrets have had, in every
+    /// spelling redaction knows, replaced by `[secret NAME]`.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut text = Cow::Borrowed(text);
         for entry in &self.entries {
-            let current = read(&entry.value).clone();
-            let old = read(&entry.old).clone();
-            for value in std::iter::once(&current).chain(old.iter()) {
-                if text.contains(&**value) {
-                    text = Cow::Owned(
-                        text.replace(&**value, &format!("[secret {}]", entry.spec.name)),
-                    );
+            let values = read(&entry.values).clone();
+            for form in &values.forms {
+                if text.contains(form.as_str()) {
+                    text = Cow::Owned(text.replace(form.as_str(), &entry.marker()));
                 }
             }
         }
         text
+    }
+
+    /// [`Secrets::redact`] on bytes that may not be text (yet): a piece of
+    /// a guest's output stream.
+    pub(crate) fn redact_bytes(&self, bytes: &mut Vec<u8>) {
+        for entry in &self.entries {
+            let values = read(&entry.values).clone();
+            for form in &values.forms {
+                let form = form.as_bytes();
+                if find(bytes, form).is_none() {
+                    continue;
+                }
+                let marker = entry.marker();
+                let mut out = Vec::with_capacity(bytes.len());
+                let mut rest = &bytes[..];
+                while let Some(at) = find(rest, form) {
+                    out.extend_from_slice(&rest[..at]);
+                    out.extend_from_slice(marker.as_bytes());
+                    rest = &rest[at + form.len()..];
+                }
+                out.extend_from_slice(rest);
+                *bytes = out;
+            }
+        }
     }
 
     /// Redacts every string (and key) inside a JSON value.
@@ -332,8 +460,56 @@ impl Secrets {
     }
 }
 
+impl Entry {
+    fn marker(&self) -> String {
+        format!("[secret {}]", self.spec.name)
+    }
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    find(haystack, needle).is_some()
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return None;
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The spellings of `value` redaction finds: as written, percent-encoded
+/// (every byte outside RFC 3986's unreserved set; upper- and lower-case
+/// hex; a space as `%20` or `+`) and JSON-escaped.
+fn spellings(value: &str) -> Vec<String> {
+    let mut forms = vec![value.to_owned()];
+    let percent = |lower: bool, plus: bool| {
+        let mut out = String::with_capacity(value.len() * 3);
+        for b in value.bytes() {
+            match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    out.push(char::from(b));
+                }
+                b' ' if plus => out.push('+'),
+                _ if lower => out.push_str(&format!("%{b:02x}")),
+                _ => out.push_str(&format!("%{b:02X}")),
+            }
+        }
+        out
+    };
+    forms.extend([
+        percent(false, false),
+        percent(true, false),
+        percent(false, true),
+        percent(true, true),
+    ]);
+    if let Ok(json) = serde_json::to_string(value) {
+        forms.push(json[1..json.len() - 1].to_owned());
+        // `/` as `\/`, as some encoders write it.
+        forms.push(json[1..json.len() - 1].replace('/', "\\/"));
+    }
+    forms.sort();
+    forms.dedup();
+    forms
 }
 
 fn valid_name(name: &str) -> bool {
@@ -462,8 +638,8 @@ mod tests {
         assert_eq!(s.redact("echo: first-value!"), "echo: [secret KEY]!");
         std::fs::write(dir.path().join("KEY"), "second-value").unwrap();
         assert_eq!(s.reload().0, 1);
-        let mut r = request("http://a.example/", "corral-secret:KEY");
-        s.substitute(&mut r, "a.example", 80).unwrap();
+        let mut r = request("https://a.example/", "corral-secret:KEY");
+        s.substitute(&mut r, "a.example", 443).unwrap();
         assert_eq!(r.headers()["authorization"], "second-value");
         assert_eq!(
             s.redact("first-value second-value"),
@@ -495,9 +671,78 @@ mod tests {
             in_query: false,
         }])
         .unwrap();
-        let mut r = request("http://a.example/", "corral-secret:PKG");
-        s.substitute(&mut r, "a.example", 80).unwrap();
+        let mut r = request("https://a.example/", "corral-secret:PKG");
+        s.substitute(&mut r, "a.example", 443).unwrap();
         assert_eq!(r.headers()["authorization"], value.as_str());
+    }
+
+    #[test]
+    fn a_host_without_a_scheme_gets_the_value_over_https_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = secrets(
+            &dir,
+            &[
+                ("TLS", "value-over-tls", &["api.example"], false),
+                (
+                    "PLAIN",
+                    "value-in-clear",
+                    &["http://inside.local:8080"],
+                    false,
+                ),
+            ],
+        );
+        let mut https = request("https://api.example/", "corral-secret:TLS");
+        s.substitute(&mut https, "api.example", 443).unwrap();
+        assert_eq!(https.headers()["authorization"], "value-over-tls");
+        // The same host and port, in clear: refused, the request untouched.
+        let mut plain = request("http://api.example:443/", "corral-secret:TLS");
+        let refused = s.substitute(&mut plain, "api.example", 443).unwrap_err();
+        assert_eq!(refused.destination, "http://api.example:443");
+        assert_eq!(plain.headers()["authorization"], "corral-secret:TLS");
+        // A rule that says http:// allows it.
+        let mut inside = request("http://inside.local:8080/", "corral-secret:PLAIN");
+        s.substitute(&mut inside, "inside.local", 8080).unwrap();
+        assert_eq!(inside.headers()["authorization"], "value-in-clear");
+        assert_eq!(
+            "http://inside.local:8080"
+                .parse::<SecretHost>()
+                .unwrap()
+                .to_string(),
+            "http://inside.local:8080"
+        );
+        assert_eq!(
+            "https://api.example"
+                .parse::<SecretHost>()
+                .unwrap()
+                .to_string(),
+            "api.example"
+        );
+        assert!("ftp://x".parse::<SecretHost>().is_err());
+    }
+
+    #[test]
+    fn a_value_is_redacted_percent_encoded_and_json_escaped_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = secrets(&dir, &[("K", "sk/live key\\x", &["a.example"], false)]);
+        for spelled in [
+            "sk/live key\\x",
+            "sk%2Flive%20key%5Cx",
+            "sk%2flive%20key%5cx",
+            "sk%2Flive+key%5Cx",
+            "sk/live key\\\\x",
+            "sk\\/live key\\\\x",
+        ] {
+            let text = format!("before {spelled} after");
+            assert_eq!(s.redact(&text), "before [secret K] after", "{spelled}");
+        }
+        // Bytes too, also where the text is not (yet) UTF-8.
+        let mut bytes = b"\xff sk%2Flive%20key%5Cx \xfe".to_vec();
+        bytes[0] = 0xff;
+        s.redact_bytes(&mut bytes);
+        assert!(!String::from_utf8_lossy(&bytes).contains("sk%2F"));
+        assert!(String::from_utf8_lossy(&bytes).contains("[secret K]"));
+        // What a cut must hold back: the longest spelling, less one byte.
+        assert_eq!(s.hold(), "sk%2Flive%20key%5Cx".len() - 1);
     }
 
     #[test]

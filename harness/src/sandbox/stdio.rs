@@ -16,6 +16,7 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 use super::observer::{Stream, TaskObserver};
 use super::secrets::Secrets;
+use crate::shown::Escaped;
 use crate::sync::lock;
 
 /// Longest line kept whole; longer lines are split.
@@ -45,6 +46,8 @@ pub(crate) struct Capture {
     dropped: u64,
     lines: [Vec<u8>; 2],
     stderr_tail: VecDeque<u8>,
+    /// Whether stderr's start has left the tail.
+    stderr_cut: bool,
 }
 
 impl Capture {
@@ -62,16 +65,23 @@ impl Capture {
             dropped: 0,
             lines: [Vec::new(), Vec::new()],
             stderr_tail: VecDeque::new(),
+            stderr_cut: false,
         }))
     }
 
     fn write(&mut self, stream: Stream, mut bytes: &[u8]) {
+        // A line is cut where it grows past MAX_LINE, keeping back what may
+        // be the start of a secret's value (see `split_line`).
+        let hold = self.secrets.hold();
         if stream == Stream::Stderr {
-            let end = &bytes[bytes.len().saturating_sub(STDERR_TAIL)..];
+            let kept = STDERR_TAIL + hold;
+            let end = &bytes[bytes.len().saturating_sub(kept)..];
             self.stderr_tail.extend(end);
-            let excess = self.stderr_tail.len().saturating_sub(STDERR_TAIL);
+            let excess = self.stderr_tail.len().saturating_sub(kept);
+            self.stderr_cut |= excess > 0 || end.len() < bytes.len();
             self.stderr_tail.drain(..excess);
         }
+        let longest = MAX_LINE + hold;
         while !bytes.is_empty() {
             if self.budget < LINE_COST {
                 // Not even an empty line fits any more: count the rest at once.
@@ -79,7 +89,7 @@ impl Capture {
                 return;
             }
             let line = &mut self.lines[stream as usize];
-            let take = bytes.len().min(MAX_LINE - line.len());
+            let take = bytes.len().min(longest - line.len());
             match bytes[..take].iter().position(|&b| b == b'\n') {
                 Some(end) => {
                     line.extend_from_slice(&bytes[..end]);
@@ -89,12 +99,34 @@ impl Capture {
                 None => {
                     line.extend_from_slice(&bytes[..take]);
                     bytes = &bytes[take..];
-                    if line.len() >= MAX_LINE {
-                        self.end_line(stream, 0);
+                    if line.len() >= longest {
+                        self.split_line(stream, hold);
                     }
                 }
             }
         }
+    }
+
+    /// Emits the first part of a stream's over-long pending line. Values
+    /// are redacted first, then the line is cut `hold` bytes before its
+    /// end: whatever is left there could be the start of a value whose rest
+    /// is still to come, so it starts the next piece and is found there.
+    fn split_line(&mut self, stream: Stream, hold: usize) {
+        let index = stream as usize;
+        if hold > 0 {
+            self.secrets.redact_bytes(&mut self.lines[index]);
+        }
+        let cut = self.lines[index].len().saturating_sub(hold);
+        if cut == 0 {
+            return;
+        }
+        if self.admit(cut) {
+            let piece = String::from_utf8_lossy(&self.lines[index][..cut]).into_owned();
+            self.emit(stream, &piece);
+        } else {
+            self.budget = 0;
+        }
+        self.lines[index].drain(..cut);
     }
 
     /// Emits the stream's pending line if the budget covers it and its
@@ -119,7 +151,8 @@ impl Capture {
             activity_type,
             activity_id,
         } = &*self.labels;
-        tracing::info!(target: "corral::guest", %tenant, %activity_type, %activity_id, %stream, "{line}");
+        // Escaped: a guest's control characters cannot forge a host log line.
+        tracing::info!(target: "corral::guest", %tenant, %activity_type, %activity_id, %stream, "{}", Escaped(&line));
         self.observer.output(stream, &line);
     }
 
@@ -160,9 +193,15 @@ impl Capture {
         }
     }
 
-    /// The last lines the guest wrote to stderr (a panic message, typically).
+    /// The last lines the guest wrote to stderr (a panic message, typically),
+    /// its secrets' values redacted. When stderr's start was cut off, the
+    /// first bytes kept could be the end of a value whose start is gone:
+    /// they are left out.
     pub(crate) fn stderr_tail(&self) -> String {
-        let bytes: Vec<u8> = self.stderr_tail.iter().copied().collect();
+        let hold = self.secrets.hold();
+        let skip = if self.stderr_cut { hold } else { 0 };
+        let mut bytes: Vec<u8> = self.stderr_tail.iter().skip(skip).copied().collect();
+        self.secrets.redact_bytes(&mut bytes);
         String::from_utf8_lossy(&bytes).trim_end().to_owned()
     }
 }
@@ -318,5 +357,86 @@ mod tests {
             .map(|(_, l)| l.len())
             .collect();
         assert_eq!(seen, vec![MAX_LINE, MAX_LINE, 1]);
+    }
+
+    fn one_secret(dir: &tempfile::TempDir, value: &str) -> Arc<Secrets> {
+        use super::super::secrets::{SecretSource, SecretSpec};
+        let path = dir.path().join("key");
+        std::fs::write(&path, value).unwrap();
+        Arc::new(
+            Secrets::load(vec![SecretSpec {
+                name: "KEY".into(),
+                source: SecretSource::File(path),
+                hosts: vec!["a.example".parse().unwrap()],
+                in_query: false,
+            }])
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_secret_split_by_the_line_limit_or_the_write_is_still_redacted() {
+        const VALUE: &str = "sk_live_0123456789abcdef";
+        let dir = tempfile::tempdir().unwrap();
+        let secrets = one_secret(&dir, VALUE);
+        // At every offset around the cut, in writes split anywhere.
+        for offset in MAX_LINE - VALUE.len()..MAX_LINE + VALUE.len() {
+            let lines = Arc::new(Lines::default());
+            let capture = Capture::new(Arc::default(), lines.clone(), secrets.clone(), 1 << 20);
+            let out = GuestOutput::new(Stream::Stdout, &capture);
+            let mut text = vec![b'x'; offset];
+            text.extend_from_slice(VALUE.as_bytes());
+            text.extend_from_slice(&[b'y'; 3 * MAX_LINE]);
+            let (a, b) = text.split_at(offset + 5);
+            out.write_all(a);
+            out.write_all(b);
+            lock(&capture).finish();
+            let seen: String = lines
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(_, l)| l.as_str())
+                .collect();
+            assert!(!seen.contains("sk_live_0"), "offset {offset}");
+            assert!(!seen.contains("789abcdef"), "offset {offset}");
+            assert_eq!(seen.matches("[secret KEY]").count(), 1, "offset {offset}");
+            let longest = lines.0.lock().unwrap().iter().map(|(_, l)| l.len()).max();
+            assert!(longest <= Some(MAX_LINE + VALUE.len()), "offset {offset}");
+        }
+    }
+
+    #[test]
+    fn the_stderr_tail_never_quotes_part_of_a_secret() {
+        const VALUE: &str = "sk_live_0123456789abcdef";
+        let dir = tempfile::tempdir().unwrap();
+        let secrets = one_secret(&dir, VALUE);
+        for offset in 0..VALUE.len() {
+            let capture = Capture::new(
+                Arc::default(),
+                Arc::new(Lines::default()),
+                secrets.clone(),
+                1 << 20,
+            );
+            let err = GuestOutput::new(Stream::Stderr, &capture);
+            // The value straddles where the tail starts.
+            err.write_all(&[b'x'; 100]);
+            err.write_all(VALUE.as_bytes());
+            let kept = STDERR_TAIL + secrets.hold();
+            err.write_all(&vec![b'y'; kept - VALUE.len() + offset]);
+            let tail = lock(&capture).stderr_tail();
+            for cut in 1..VALUE.len() {
+                assert!(
+                    !tail.contains(&VALUE[cut.min(VALUE.len() - 4)..]),
+                    "offset {offset}: {tail}"
+                );
+            }
+            assert!(tail.len() <= STDERR_TAIL + VALUE.len(), "offset {offset}");
+        }
+        // Whole in the tail: redacted, not dropped.
+        let capture = Capture::new(Arc::default(), Arc::new(Lines::default()), secrets, 1 << 20);
+        let err = GuestOutput::new(Stream::Stderr, &capture);
+        err.write_all(format!("panicked: {VALUE}\n").as_bytes());
+        assert_eq!(lock(&capture).stderr_tail(), "panicked: [secret KEY]");
     }
 }

@@ -17,6 +17,7 @@ use crate::metrics::COMPLETED;
 use crate::sandbox::{
     Failure, FailureClass, Outcome, RetryPolicy, Task, convert, listed_names, shown_name,
 };
+use crate::shown::{MAX_NAME, Shown};
 use crate::sync::lock;
 use crate::trace::PHASES;
 
@@ -36,8 +37,9 @@ pub(super) async fn run(
     let span = tracing::info_span!(
         "task",
         tenant = %start.tenant,
-        activity_type = %start.activity_type,
-        activity_id = %start.info.activity_id,
+        // Chosen by whoever started the activity: escaped and bounded.
+        activity_type = %Shown(&start.activity_type, MAX_NAME),
+        activity_id = %Shown(&start.info.activity_id, MAX_NAME),
         attempt = start.info.attempt,
         outcome = tracing::field::Empty,
     );

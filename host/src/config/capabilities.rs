@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use super::{ConfigError, invalid};
 use crate::sandbox::{
-    Capabilities, DirGrant, DirMode, GrantError, HttpGrant, HttpHost, SecretSource, SecretSpec,
+    Capabilities, DirGrant, DirMode, GrantError, HttpGrant, SecretHost, SecretSource, SecretSpec,
     Secrets,
 };
 
@@ -132,7 +132,7 @@ pub(super) fn parse(
             .iter()
             .enumerate()
             .map(|(j, h)| {
-                h.parse::<HttpHost>()
+                h.parse::<SecretHost>()
                     .map_err(|e| invalid(at(&format!(".hosts[{j}]")), e))
             })
             .collect::<Result<_, _>>()?;

@@ -33,7 +33,9 @@ pub enum GrantError {
     WildcardAddress(String),
     #[error("method `{0}` is not an HTTP method")]
     Method(String),
-    #[error("path `{0}` must start with `/` and hold no `.` or `..` segment, `%` or `\\`")]
+    #[error(
+        "path `{0}` must start with `/` and hold only letters, digits, `/` and -._~!$&'()*+,=:@ (no `%`, `;` or `\\`), with no empty segment or one of dots only"
+    )]
     Path(String),
     #[error("`{0}` is not an address or range such as 10.0.0.5, 10.0.0.0/8 or fd00::/8")]
     Address(String),
@@ -237,13 +239,29 @@ impl HttpGrant {
     }
 }
 
-/// A path with no `.` or `..` segment, no percent-escape and no backslash:
-/// one that every server reads the same way as corral's prefix check.
+/// A path that every widely used server reads as corral's prefix check
+/// does. Anything a server could read as another path is refused, rather
+/// than normalised in the hope of matching the server:
+/// - bytes outside RFC 3986's unreserved characters, `/` and the
+///   sub-delimiters other than `;`: no percent-escape (so no encoded `.`,
+///   `/`, `\`, NUL or overlong UTF-8), no `;` (path parameters, which
+///   Tomcat, Jetty and Spring strip: `/a/..;/b` is `/b` there), no
+///   backslash (a separator to IIS and some proxies), no space, control or
+///   non-ASCII byte;
+/// - no segment of dots only (`.`, `..`, and `...`, which some servers
+///   fold), and no empty segment (`//`, which servers merge or read as a
+///   host) but a final `/`.
 fn plain_path(path: &str) -> bool {
-    !path.contains(['%', '\\'])
-        && path
-            .split('/')
-            .all(|segment| segment != "." && segment != "..")
+    let bytes_ok = path
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,=:@".contains(&b));
+    let body = path.strip_prefix('/').unwrap_or(path);
+    let body = body.strip_suffix('/').unwrap_or(body);
+    bytes_ok
+        && (body.is_empty()
+            || body
+                .split('/')
+                .all(|segment| !segment.is_empty() && !segment.bytes().all(|b| b == b'.')))
 }
 
 /// An IPv4 address written as IPv6 (`::ffff:127.0.0.1`) is that IPv4 address.
@@ -331,18 +349,87 @@ mod tests {
         );
         assert!(!allows("POST", "/v1/refunds"));
         assert!(!allows("POST", "/"));
-        // Paths that a server might read as somewhere else.
-        for sneaky in [
-            "/v1/charges/../refunds",
-            "/v1/charges/%2e%2e/refunds",
-            "/v1/charges/..%2frefunds",
-            "/v1/charges/.",
-            "/v1/charges\\..\\refunds",
-        ] {
-            assert!(!allows("POST", sneaky), "{sneaky}");
-        }
+        assert!(allows("POST", "/v1/charges/"), "a final slash");
+        assert!(allows("POST", "/v1/charges/ch_1.json"), "a dot in a name");
+        assert!(allows("POST", "/v1/customers/a+b@c:d~e=f,g!h$i&j'k(l)m*n"));
         // No rule: everything on the host.
         assert!(grant("api.stripe.com").allows_request(&Method::DELETE, "/x/../y"));
+    }
+
+    /// Every spelling a widely used server could read as a path outside
+    /// the rule (or the rule's own), under a rule for `/v1/charges`.
+    #[test]
+    fn paths_a_server_could_read_as_another_path_are_refused() {
+        let rule = grant("api.stripe.com").with_paths(["/v1/charges"]).unwrap();
+        let refused = [
+            // `..` and `.` segments, as written
+            "/v1/charges/../refunds",
+            "/v1/charges/./../refunds",
+            "/v1/charges/.",
+            "/v1/charges/..",
+            "/v1/charges/...",
+            "/v1/charges/..../refunds",
+            // percent-encoded dots, slashes, backslashes, NUL; overlong and
+            // mixed encodings
+            "/v1/charges/%2e%2e/refunds",
+            "/v1/charges/%2E%2E/refunds",
+            "/v1/charges/.%2e/refunds",
+            "/v1/charges/%2e./refunds",
+            "/v1/charges/..%2frefunds",
+            "/v1/charges/..%2Frefunds",
+            "/v1/charges/..%5crefunds",
+            "/v1/charges%2f..%2frefunds",
+            "/v1/charges/%252e%252e/refunds",
+            "/v1/charges/%c0%ae%c0%ae/refunds",
+            "/v1/charges/%e0%80%ae%e0%80%ae/refunds",
+            "/v1/charges/%00/../refunds",
+            "/v1/charges/%u002e%u002e/refunds",
+            // path parameters (Tomcat, Jetty, Spring read `..;` as `..`)
+            "/v1/charges/..;/refunds",
+            "/v1/charges/;/../refunds",
+            "/v1/charges;jsessionid=1/../refunds",
+            "/v1/charges;/x",
+            "/v1/charges/.;/refunds",
+            // backslashes (a separator to IIS and some proxies)
+            "/v1/charges\\..\\refunds",
+            "/v1/charges/..\\refunds",
+            "/v1/charges\\x",
+            // empty segments (merged, or read as a host)
+            "/v1/charges//../refunds",
+            "/v1/charges//x",
+            "//v1/charges",
+            // bytes outside the plain set
+            "/v1/charges/x y",
+            "/v1/charges/\u{e9}",
+            "/v1/charges/\u{ff0e}\u{ff0e}/refunds",
+            "/v1/charges/x\u{0}",
+            "/v1/charges/x#y",
+            "/v1/charges/x\"y",
+            "/v1/charges/x<y",
+            "/v1/charges/x|y",
+            "/v1/charges/x`y",
+            "/v1/charges/x^y",
+            "/v1/charges/{x}",
+            "/v1/charges/[x]",
+        ];
+        for path in refused {
+            assert!(
+                !rule.allows_request(&Method::POST, path),
+                "{path:?} must be refused"
+            );
+        }
+        for path in [
+            "/v1/charges",
+            "/v1/charges/",
+            "/v1/charges/ch_1",
+            "/v1/charges/a.b/c",
+        ] {
+            assert!(rule.allows_request(&Method::POST, path), "{path:?}");
+        }
+        // A rule itself is held to the same spellings.
+        for bad in ["/v1/..;/x", "/v1//x", "/v1/...", "/v1;x", "/v1/%2e"] {
+            assert!(grant("a.example").with_paths([bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -235,17 +235,24 @@ impl Traffic {
     }
 }
 
-/// How a request is shown in a refusal: method, scheme, authority, path;
-/// never the query (where a secret may be).
-fn shown(request: &hyper::http::Request<WasiBody>) -> String {
+/// The longest a request is shown in the host's log, a refusal or a span.
+const MAX_SHOWN: usize = 300;
+
+/// How a request is shown in a refusal, the host's log and the `http`
+/// span: method, scheme, authority, path, never the query (where a
+/// secret's placeholder may go); every value of the tenant's secrets
+/// redacted (a guest that learned one may put it in a path or a host
+/// name), control characters escaped, at most [`MAX_SHOWN`] bytes.
+fn shown(request: &hyper::http::Request<WasiBody>, secrets: &Secrets) -> String {
     let uri = request.uri();
-    format!(
+    let text = format!(
         "{} {}://{}{}",
         request.method(),
         uri.scheme_str().unwrap_or("http"),
         uri.authority().map_or("", |a| a.as_str()),
         uri.path()
-    )
+    );
+    crate::shown::shown(&secrets.redact(&text), MAX_SHOWN)
 }
 
 type Sent = Box<
@@ -261,7 +268,7 @@ impl WasiHttpHooks for HttpPolicy {
         _fut: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
     ) -> Sent {
         let traffic = self.traffic();
-        let shown = shown(&request);
+        let shown = shown(&request, &self.secrets);
         let (host, port, grants) = match self.check(&request, &shown) {
             Ok(checked) => checked,
             Err(refusal) => return traffic.refuse(refusal),
@@ -350,7 +357,7 @@ mod tests {
 
     fn allows(p: &HttpPolicy, method: &str, uri: &str) -> Result<(), Refusal> {
         let r = request(method, uri);
-        p.check(&r, &shown(&r)).map(drop)
+        p.check(&r, &shown(&r, &Secrets::default())).map(drop)
     }
 
     #[test]
