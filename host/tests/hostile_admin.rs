@@ -1,8 +1,9 @@
-//! Attacks on the admin API's connections, against the real binary: a
-//! client that holds every connection slot without a word, and one that
-//! opens more calls on a connection than the host allows (speaking raw
-//! HTTP/2, since a well-behaved client library keeps to the host's limit by
-//! itself). Each asserts the bound and that the host then serves.
+//! Attacks on the admin API's connections, against the real binary:
+//! strangers that take connection slots and keep talking but never
+//! authenticate, and a client that opens more calls on a connection than
+//! the host allows (speaking raw HTTP/2, since a well-behaved client
+//! library keeps to the host's limit by itself). Each asserts the bound and
+//! that the host then serves.
 
 mod common;
 
@@ -13,9 +14,10 @@ use std::time::{Duration, Instant};
 use common::activities::text;
 use common::admin::Host;
 
-/// The admin API's connection cap and idle limit (`control/server.rs`).
-const CONNECTIONS: usize = 64;
-const IDLE: Duration = Duration::from_secs(60);
+/// The admin API's slots for connections that have not authenticated,
+/// and how long one may stay so (`control/server.rs`).
+const STRANGERS: usize = 32;
+const AUTHENTICATE_WITHIN: Duration = Duration::from_secs(10);
 /// How late a deadline may be met on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_secs(8);
 
@@ -46,36 +48,63 @@ fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
+/// A connection that speaks HTTP/2 and keeps talking (a PING now and then,
+/// as a client answering keepalives would) but never makes a call.
+fn stranger(address: (&str, u16)) -> TcpStream {
+    let mut conn = TcpStream::connect(address).unwrap();
+    conn.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    conn.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
+    conn
+}
+
 #[test]
-fn silent_connections_hold_the_admin_slots_only_until_their_idle_limit() {
+fn strangers_who_never_authenticate_cannot_shut_an_operator_out() {
     let host = Host::new("");
     let corral = host.serve(["", ""]);
     let address = ("127.0.0.1", host.admin);
     let before = corral.open_fds();
     let opened = Instant::now();
-    // Every slot, taken by connections that never say anything ...
-    let mut held: Vec<TcpStream> = (0..CONNECTIONS)
-        .map(|_| TcpStream::connect(address).unwrap())
-        .collect();
-    // ... so a call now finds no slot: its connection is closed at once.
-    let out = host.cli(&host.tokens[0].token, &["status", "--json"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // Twice the slots of strangers (and every slot the old cap had), each
+    // talking HTTP/2 every half second for as long as it is open ...
+    let mut held: Vec<TcpStream> = (0..2 * STRANGERS).map(|_| stranger(address)).collect();
+    let talking: Vec<TcpStream> = held.iter().map(|c| c.try_clone().unwrap()).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let talker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut talking = talking;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for conn in &mut talking {
+                    let _ = conn.write_all(&frame(PING, 0, 0, &[0; 8]));
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    // ... and the operator (and a tenant) get through at once.
+    for token in [&host.operator.token, &host.tokens[0].token] {
+        let out = host.cli(token, &["status", "--json"]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
     let during = corral.open_fds();
     assert!(
-        during <= before + CONNECTIONS + 4,
-        "{before} descriptors before, {during} with {CONNECTIONS} silent connections"
+        during <= before + STRANGERS + 4,
+        "{before} descriptors before, {during} with {} strangers",
+        2 * STRANGERS
     );
-    // The host closes each silent one at its idle limit ...
-    for stream in &mut held {
-        let left = (IDLE + SLACK).saturating_sub(opened.elapsed());
+    // Each stranger is closed at its deadline, however much it talks (the
+    // oldest sooner, to make room).
+    for conn in &mut held {
+        let left = (AUTHENTICATE_WITHIN + SLACK).saturating_sub(opened.elapsed());
         assert!(
-            closed_within(stream, left),
-            "a silent connection was still open {:?} after it was opened",
+            closed_within(conn, left),
+            "a stranger was still open {:?} after it was opened",
             opened.elapsed()
         );
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = talker.join();
     eprintln!("all closed {:?} after they were opened", opened.elapsed());
-    // ... and serves again.
     let out = host.cli(&host.tokens[0].token, &["status", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
 }
@@ -125,6 +154,7 @@ fn status_call_headers() -> Vec<u8> {
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
 const END_HEADERS: u8 = 0x4;
 const ACK: u8 = 0x1;

@@ -3,21 +3,34 @@
 //! once), a deadline on connections that send nothing, and an accept loop
 //! that backs off when accepting fails (out of file descriptors, it would
 //! otherwise spin on a core).
+//!
+//! A listener that authenticates (the admin API) keeps connections that
+//! have not yet made an authenticated call apart from those that have:
+//! - each must authenticate within a deadline, whatever else it sends
+//!   (answering the host's keepalive pings keeps a connection from being
+//!   idle, not from being a stranger), or it is closed;
+//! - they have slots of their own, and when those are full a new one takes
+//!   the slot of the oldest: a flood of strangers can delay an operator's
+//!   connection by at most one handshake, never shut it out;
+//! - a connection that authenticates moves to the authenticated slots.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
 
 use crate::backoff::Backoff;
+use crate::sync::lock;
 
 /// The first wait after a failed accept; doubled up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
@@ -26,16 +39,64 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Limits of one listener.
 #[derive(Debug, Clone, Copy)]
 pub struct GateLimits {
-    /// Connections open at once.
+    /// Connections open at once (authenticated ones, where the listener
+    /// authenticates).
     pub connections: usize,
     /// A connection that sends nothing for this long is closed.
     pub idle: Duration,
+    /// Where calls authenticate: connections that have not yet, their
+    /// slots and their deadline.
+    pub strangers: Option<Strangers>,
+}
+
+/// Connections that have made no authenticated call yet.
+#[derive(Debug, Clone, Copy)]
+pub struct Strangers {
+    /// Open at once; a new one closes the oldest.
+    pub slots: usize,
+    /// Closed if no call on it has authenticated by then.
+    pub deadline: Duration,
+}
+
+/// One connection's standing, shared with the calls made on it.
+#[derive(Debug, Default)]
+struct Standing {
+    authenticated: AtomicBool,
+    evicted: AtomicBool,
+    /// The reader to wake when the connection is evicted.
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Standing {
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        if let Some(waker) = lock(&self.waker).take() {
+            waker.wake();
+        }
+    }
+}
+
+/// What a call learns of its connection (from the request's extensions):
+/// the peer, and a way to mark the connection authenticated.
+#[derive(Debug, Clone)]
+pub struct ConnectionInfo {
+    pub peer: Option<SocketAddr>,
+    standing: Arc<Standing>,
+}
+
+impl ConnectionInfo {
+    /// A call on this connection authenticated: it is no stranger now.
+    pub fn authenticated(&self) {
+        self.standing.authenticated.store(true, Ordering::Release);
+    }
 }
 
 /// A listener that admits at most [`GateLimits::connections`] at once.
 pub struct Gate {
     listener: TcpListener,
     slots: Arc<Semaphore>,
+    /// Strangers, oldest first.
+    strangers: Arc<Mutex<VecDeque<Arc<Standing>>>>,
     limits: GateLimits,
     /// For log lines: `admin API`, `metrics endpoint`.
     name: &'static str,
@@ -46,21 +107,33 @@ impl Gate {
         Gate {
             listener,
             slots: Arc::new(Semaphore::new(limits.connections)),
+            strangers: Arc::default(),
             limits,
             name,
         }
     }
 
-    /// The next connection within the cap. Connections over it are closed
-    /// as they arrive; accept errors are waited out with backoff.
+    /// The next connection within the caps. Connections over them are
+    /// closed as they arrive (or, for strangers, the oldest stranger is);
+    /// accept errors are waited out with backoff.
     pub async fn accept(&self) -> Guarded {
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             match self.listener.accept().await {
                 Ok((stream, peer)) => {
                     backoff.reset();
+                    if let Some(strangers) = self.limits.strangers {
+                        return self.admit_stranger(stream, strangers);
+                    }
                     match self.slots.clone().try_acquire_owned() {
-                        Ok(permit) => return Guarded::new(stream, permit, self.limits.idle),
+                        Ok(permit) => {
+                            return Guarded::new(
+                                stream,
+                                Slot::Held { _permit: permit },
+                                self.limits.idle,
+                                None,
+                            );
+                        }
                         Err(_) => tracing::warn!(
                             %peer,
                             "{}: connection closed: {} connections are already open",
@@ -78,27 +151,125 @@ impl Gate {
         }
     }
 
+    fn admit_stranger(&self, stream: TcpStream, strangers: Strangers) -> Guarded {
+        let standing = Arc::new(Standing::default());
+        let mut queue = lock(&self.strangers);
+        queue.retain(|s| {
+            !s.evicted.load(Ordering::Acquire) && !s.authenticated.load(Ordering::Acquire)
+        });
+        while queue.len() >= strangers.slots {
+            if let Some(oldest) = queue.pop_front() {
+                oldest.evict();
+            }
+        }
+        queue.push_back(standing.clone());
+        drop(queue);
+        let stranger = Stranger {
+            standing,
+            deadline: Box::pin(tokio::time::sleep(strangers.deadline)),
+            within: strangers.deadline,
+            slots: self.slots.clone(),
+            queue: self.strangers.clone(),
+            connections: self.limits.connections,
+        };
+        Guarded::new(stream, Slot::Pending, self.limits.idle, Some(stranger))
+    }
+
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
     }
 }
 
+/// The slot a connection holds.
+enum Slot {
+    /// A stranger's: its place in the strangers' queue.
+    Pending,
+    Held {
+        _permit: OwnedSemaphorePermit,
+    },
+}
+
+/// What a connection that has not authenticated yet carries.
+struct Stranger {
+    standing: Arc<Standing>,
+    deadline: Pin<Box<Sleep>>,
+    within: Duration,
+    slots: Arc<Semaphore>,
+    queue: Arc<Mutex<VecDeque<Arc<Standing>>>>,
+    connections: usize,
+}
+
 /// An admitted connection: holds its slot until dropped, and fails its
-/// reads once the peer has sent nothing for the idle limit.
+/// reads once the peer has sent nothing for the idle limit (or, a stranger,
+/// once it was evicted or its deadline passed unauthenticated).
 pub struct Guarded {
     stream: TcpStream,
-    _slot: OwnedSemaphorePermit,
+    slot: Slot,
     idle: Duration,
     silence: Pin<Box<Sleep>>,
+    stranger: Option<Stranger>,
+    standing: Arc<Standing>,
 }
 
 impl Guarded {
-    fn new(stream: TcpStream, slot: OwnedSemaphorePermit, idle: Duration) -> Self {
+    fn new(stream: TcpStream, slot: Slot, idle: Duration, stranger: Option<Stranger>) -> Self {
+        let standing = stranger
+            .as_ref()
+            .map_or_else(Arc::default, |s| s.standing.clone());
         Guarded {
             stream,
-            _slot: slot,
+            slot,
             idle,
             silence: Box::pin(tokio::time::sleep(idle)),
+            stranger,
+            standing,
+        }
+    }
+
+    /// For a stranger: closed (evicted, or unauthenticated past its
+    /// deadline), promoted (authenticated: it takes an authenticated slot
+    /// and leaves the strangers'), or still waiting.
+    fn check_standing(&mut self, cx: &mut Context<'_>) -> Result<(), io::Error> {
+        let Some(stranger) = &mut self.stranger else {
+            return Ok(());
+        };
+        let standing = &stranger.standing;
+        if standing.evicted.load(Ordering::Acquire) {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed to make room: too many connections had not authenticated",
+            ));
+        }
+        if standing.authenticated.load(Ordering::Acquire) {
+            let Ok(permit) = stranger.slots.clone().try_acquire_owned() else {
+                return Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!(
+                        "{} authenticated connections are already open",
+                        stranger.connections
+                    ),
+                ));
+            };
+            lock(&stranger.queue).retain(|s| !Arc::ptr_eq(s, standing));
+            self.slot = Slot::Held { _permit: permit };
+            self.stranger = None;
+            return Ok(());
+        }
+        if stranger.deadline.as_mut().poll(cx).is_ready() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no call authenticated within {:?}", stranger.within),
+            ));
+        }
+        *lock(&standing.waker) = Some(cx.waker().clone());
+        Ok(())
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        if let Some(stranger) = &self.stranger {
+            lock(&stranger.queue).retain(|s| !Arc::ptr_eq(s, &stranger.standing));
         }
     }
 }
@@ -109,6 +280,9 @@ impl AsyncRead for Guarded {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if let Err(e) = self.check_standing(cx) {
+            return Poll::Ready(Err(e));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut self.stream).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
@@ -161,10 +335,13 @@ impl AsyncWrite for Guarded {
 }
 
 impl Connected for Guarded {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = ConnectionInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        ConnectionInfo {
+            peer: self.stream.peer_addr().ok(),
+            standing: self.standing.clone(),
+        }
     }
 }
 
@@ -185,6 +362,7 @@ mod tests {
         let limits = GateLimits {
             connections: 1,
             idle: Duration::from_secs(60),
+            strangers: None,
         };
         let (gate, address) = gate(limits).await;
         let _first = TcpStream::connect(address).await.unwrap();
@@ -206,6 +384,7 @@ mod tests {
         let limits = GateLimits {
             connections: 4,
             idle: Duration::from_millis(100),
+            strangers: None,
         };
         let (gate, address) = gate(limits).await;
         let _client = TcpStream::connect(address).await.unwrap();
@@ -213,5 +392,68 @@ mod tests {
         let mut buf = [0u8; 8];
         let e = conn.read(&mut buf).await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    }
+
+    fn strangers(slots: usize, deadline: Duration) -> GateLimits {
+        GateLimits {
+            connections: 2,
+            idle: Duration::from_secs(60),
+            strangers: Some(Strangers { slots, deadline }),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_stranger_closes_the_oldest_and_an_authenticated_one_stays() {
+        let (gate, address) = gate(strangers(2, Duration::from_secs(60))).await;
+        let _a = TcpStream::connect(address).await.unwrap();
+        let mut first = gate.accept().await;
+        let _b = TcpStream::connect(address).await.unwrap();
+        let mut second = gate.accept().await;
+        // The second authenticates: it leaves the strangers' slots.
+        second.connect_info().authenticated();
+        let mut buf = [0u8; 8];
+        let pending = tokio::time::timeout(Duration::from_millis(50), second.read(&mut buf)).await;
+        assert!(pending.is_err(), "an authenticated connection reads on");
+        // Two more strangers: the first is the oldest, and is closed.
+        let _c = TcpStream::connect(address).await.unwrap();
+        let _third = gate.accept().await;
+        let _d = TcpStream::connect(address).await.unwrap();
+        let _fourth = gate.accept().await;
+        let e = first.read(&mut buf).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted);
+        let still = tokio::time::timeout(Duration::from_millis(50), second.read(&mut buf)).await;
+        assert!(
+            still.is_err(),
+            "the authenticated connection was not evicted"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stranger_is_closed_at_its_deadline_whatever_it_sends() {
+        use tokio::io::AsyncWriteExt;
+        let (gate, address) = gate(strangers(4, Duration::from_millis(200))).await;
+        let mut client = TcpStream::connect(address).await.unwrap();
+        let mut conn = gate.accept().await;
+        // It keeps talking (as a client answering pings would)...
+        let talk = tokio::spawn(async move {
+            for _ in 0..100 {
+                if client.write_all(b"ping").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        let started = Instant::now();
+        let mut buf = [0u8; 64];
+        let e = loop {
+            match conn.read(&mut buf).await {
+                Ok(_) => {}
+                Err(e) => break e,
+            }
+        };
+        // ...and is closed at its deadline all the same.
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        talk.abort();
     }
 }

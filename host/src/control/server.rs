@@ -18,7 +18,7 @@ use tonic::service::interceptor::InterceptedService;
 use super::api::AdminService;
 use super::auth::bearer_sha256;
 use super::follow::Follower;
-use super::gate::{Gate, GateLimits};
+use super::gate::{ConnectionInfo, Gate, GateLimits, Strangers};
 use super::proto::admin_server::AdminServer;
 use crate::metrics::{Gauges, Metrics};
 use crate::session::Permits;
@@ -37,6 +37,12 @@ const ADMIN_GATE: GateLimits = GateLimits {
     connections: 64,
     // Longer than the keepalive below: a live client answers its pings.
     idle: Duration::from_secs(60),
+    // A connection makes its first call at once; until one authenticates
+    // it is a stranger, with slots of its own (see `gate`).
+    strangers: Some(Strangers {
+        slots: 32,
+        deadline: Duration::from_secs(10),
+    }),
 };
 /// Concurrent calls on one HTTP/2 connection.
 const STREAMS_PER_CONNECTION: u32 = 16;
@@ -52,6 +58,7 @@ const MAX_HEADERS: u32 = 16 << 10;
 const METRICS_GATE: GateLimits = GateLimits {
     connections: 16,
     idle: Duration::from_secs(10),
+    strangers: None,
 };
 const METRICS_HEADER_READ: Duration = Duration::from_secs(5);
 
@@ -97,6 +104,10 @@ pub async fn admin(
         AdminServer::new(service).max_decoding_message_size(max_message),
         move |mut request: tonic::Request<()>| {
             let principal = auth.principal(request.metadata())?;
+            // The connection is no stranger now (see `gate`).
+            if let Some(connection) = request.extensions().get::<ConnectionInfo>() {
+                connection.authenticated();
+            }
             request.extensions_mut().insert(principal);
             Ok(request)
         },
