@@ -318,8 +318,11 @@ async fn a_secret_whose_host_names_no_scheme_is_never_sent_in_clear() {
     nothing_more(&arrived);
 }
 
-/// Everything `tracing` writes while `test` runs on this thread: the log's
-/// lines and every span's fields, as an exporter would see them.
+/// Everything corral writes through `tracing` while `test` runs on this
+/// thread: its log (`corral serve`'s filter, even at `debug` for corral's
+/// own targets) and every span it exports with its fields (the export's
+/// filter). wasmtime's own crates are held at `error`, as `corral serve`
+/// holds them: at `trace` they log every argument a guest passes.
 fn traced(test: impl Future<Output = ()>) -> String {
     use std::sync::Mutex;
     #[derive(Clone, Default)]
@@ -333,14 +336,25 @@ fn traced(test: impl Future<Output = ()>) -> String {
             Ok(())
         }
     }
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
     let sink = Sink::default();
-    let writer = sink.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
+    let (log, export) = (sink.clone(), sink.clone());
+    let log_filter = format!("{},corral=debug", corral::log::SERVER_LOG);
+    let subscriber = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(move || log.clone())
+                .with_filter(tracing_subscriber::EnvFilter::new(log_filter)),
+        )
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+                .with_ansi(false)
+                .with_writer(move || export.clone())
+                .with_filter(corral::telemetry::exported()),
+        );
     let _default = tracing::subscriber::set_default(subscriber);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
