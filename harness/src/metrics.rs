@@ -307,8 +307,9 @@ fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
     let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
 }
 
-/// A label value as the exposition format needs it.
-fn escape(value: &str) -> String {
+/// A label value as the Prometheus text format needs it: `\\`, `"` and
+/// newlines escaped, so no value can end its sample or start another.
+pub fn escape(value: &str) -> String {
     value
         .replace('\\', r"\\")
         .replace('"', "\\\"")

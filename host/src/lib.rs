@@ -12,6 +12,7 @@ pub mod dev_server;
 pub mod log;
 pub mod oci;
 pub mod secrets;
+pub mod staging;
 pub mod telemetry;
 
 /// An error and its causes, on one line (each cause once).

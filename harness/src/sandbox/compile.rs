@@ -5,9 +5,11 @@
 //! uploads compiles each component in a child `corral` (`compile-worker`,
 //! not shown in `--help`) that reads the component on stdin and writes the
 //! compiled artifact on stdout: its writable memory is capped by
-//! `RLIMIT_DATA`, its CPU by `RLIMIT_CPU`, and it is killed when it passes
-//! its wall-clock time. Whatever the component does to the compiler, the
-//! host's own memory and threads are untouched and it serves on.
+//! `RLIMIT_DATA`, what it writes by `RLIMIT_FSIZE`, its CPU by `RLIMIT_CPU`,
+//! and it is killed when it passes its wall-clock time. Whatever the
+//! component does to the compiler, the host's own memory and threads are
+//! untouched and it serves on. The worker's stdin is the component's file
+//! and its stdout the artifact's: the host holds neither in memory.
 
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -18,6 +20,7 @@ use std::time::Duration;
 
 use wasmtime::Engine;
 
+use super::component::ComponentBytes;
 use super::engine::wasm_config;
 use super::limits::format_bytes;
 
@@ -59,23 +62,35 @@ const INVALID: i32 = 3;
 /// At most this much of the worker's stderr is read into a message.
 const MAX_MESSAGE: u64 = 16 << 10;
 
-/// Compiles `bytes` in a worker under `limits`; the artifact, for
-/// `Component::deserialize` with an engine of `max_wasm_stack`.
+/// Compiles `bytes` in a worker under `limits`, writing the artifact to
+/// `artifact` (for `Component::deserialize_file` with an engine of
+/// `max_wasm_stack`).
 pub(crate) fn compile_in_worker(
     limits: &CompileLimits,
     max_wasm_stack: usize,
-    bytes: &[u8],
-) -> Result<Vec<u8>, CompileError> {
+    bytes: ComponentBytes<'_>,
+    artifact: &std::fs::File,
+) -> Result<(), CompileError> {
     let worker_error = |what: &str, e: std::io::Error| CompileError::Worker(format!("{what}: {e}"));
     let cpu_seconds = limits.time.as_secs().saturating_add(1);
     let memory = limits.memory;
+    let stdin = match bytes {
+        ComponentBytes::Memory(_) => Stdio::piped(),
+        ComponentBytes::File(path) => std::fs::File::open(path)
+            .map(Stdio::from)
+            .map_err(|e| worker_error(&format!("opening `{}`", path.display()), e))?,
+    };
+    let stdout = artifact
+        .try_clone()
+        .map(Stdio::from)
+        .map_err(|e| worker_error("opening the artifact file", e))?;
     let mut command = Command::new(&limits.worker);
     command
         .arg("compile-worker")
         .arg("--max-wasm-stack")
         .arg(max_wasm_stack.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stdin(stdin)
+        .stdout(stdout)
         .stderr(Stdio::piped())
         // Only the worker's own message, never the host's log settings.
         .env_remove("RUST_LOG");
@@ -95,6 +110,9 @@ pub(crate) fn compile_in_worker(
                 }
             };
             cap(libc::RLIMIT_DATA, memory)?;
+            // The artifact is built in the worker's memory: it cannot be
+            // larger, and a worker writing more is stopped (SIGXFSZ).
+            cap(libc::RLIMIT_FSIZE, memory)?;
             cap(libc::RLIMIT_CPU, cpu_seconds)?;
             cap(libc::RLIMIT_CORE, 0)
         });
@@ -118,23 +136,21 @@ pub(crate) fn compile_in_worker(
         false
     });
 
-    let (Some(mut stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
+    let Some(stderr) = child.stderr.take() else {
         return Err(CompileError::Worker("its pipes were not opened".into()));
     };
-    // The worker reads all of its input before it writes anything, so
-    // writing first cannot deadlock; a worker that died early breaks the
-    // pipe, and its status says why.
-    let fed = stdin.write_all(bytes);
-    drop(stdin);
     let message = std::thread::spawn(move || {
         let mut text = String::new();
         let _ = stderr.take(MAX_MESSAGE).read_to_string(&mut text);
         text
     });
-    let mut artifact = Vec::new();
-    let read = stdout.take(memory).read_to_end(&mut artifact);
+    // The worker reads all of its input before it writes anything, so
+    // writing first cannot deadlock; a worker that died early breaks the
+    // pipe, and its status says why.
+    let fed = match (bytes, child.stdin.take()) {
+        (ComponentBytes::Memory(bytes), Some(mut stdin)) => stdin.write_all(bytes),
+        _ => Ok(()),
+    };
     let status = child.wait();
     let _ = done.send(());
     let killed = watcher.join().unwrap_or(false);
@@ -145,15 +161,17 @@ pub(crate) fn compile_in_worker(
     if killed || status.signal() == Some(libc::SIGXCPU) {
         return Err(CompileError::TooSlow(limits.time));
     }
-    // Rust's allocation failure, or the OS refusing a mapping (ENOMEM).
-    if message.contains("memory allocation of") || message.contains("os error 12") {
+    // Rust's allocation failure, the OS refusing a mapping (ENOMEM), or an
+    // artifact over the size limit (EFBIG).
+    if message.contains("memory allocation of")
+        || message.contains("os error 12")
+        || message.contains("os error 27")
+        || status.signal() == Some(libc::SIGXFSZ)
+    {
         return Err(CompileError::TooBig(limits.memory));
     }
     match status.code() {
-        Some(0) => {
-            read.map_err(|e| worker_error("reading its artifact", e))?;
-            Ok(artifact)
-        }
+        Some(0) => Ok(()),
         Some(INVALID) => Err(CompileError::Invalid(message.to_owned())),
         _ => {
             let fed = fed

@@ -79,22 +79,32 @@ impl fmt::Display for LoadError {
                  `wasm32-wasip2`, or wrap it with `wasm-tools component new`",
             ),
             LoadError::Invalid(reason) => write!(f, "invalid component: {reason}"),
-            LoadError::UnsatisfiedImports(names) => write!(
-                f,
-                "the component imports what this host does not provide: {}",
-                names
+            LoadError::UnsatisfiedImports(names) => {
+                f.write_str("the component imports what this host does not provide: ")?;
+                let shown: Vec<String> = names
                     .iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+                    .take(MAX_LISTED_EXPORTS)
+                    .map(|n| format!("`{}`", super::classify::shown_name(n)))
+                    .collect();
+                f.write_str(&shown.join(", "))?;
+                match names.len().checked_sub(MAX_LISTED_EXPORTS) {
+                    Some(more) if more > 0 => write!(f, " and {more} more"),
+                    _ => Ok(()),
+                }
+            }
             LoadError::Link(reason) => {
                 write!(f, "the component's imports do not match the host: {reason}")
             }
             LoadError::NoActivities(unsupported) => {
                 f.write_str("the component exports no function usable as an activity type")?;
-                for u in unsupported {
-                    write!(f, "; `{}`: {}", u.name, u.reason)?;
+                for u in unsupported.iter().take(MAX_LISTED_EXPORTS) {
+                    let name = super::classify::shown_name(&u.name);
+                    write!(f, "; `{name}`: {}", u.reason)?;
+                }
+                if let Some(more) = unsupported.len().checked_sub(MAX_LISTED_EXPORTS)
+                    && more > 0
+                {
+                    write!(f, "; and {more} more")?;
                 }
                 Ok(())
             }
@@ -159,25 +169,96 @@ fn is_linked(import: &str) -> bool {
         || import == CONFIG
 }
 
+/// Imports or exports a load error lists before "and N more".
+const MAX_LISTED_EXPORTS: usize = 20;
+
+/// Where a component's bytes are: in memory, or in a file (an upload or a
+/// pull staged on disk, a stored version), which a compile worker reads
+/// itself so the host never holds the whole component.
+#[derive(Clone, Copy)]
+pub(crate) enum ComponentBytes<'a> {
+    Memory(&'a [u8]),
+    File(&'a Path),
+}
+
+/// Checks the header: a component, not a core module or something else.
+fn check_header(header: &[u8]) -> Result<(), LoadError> {
+    match header {
+        [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ..] => Err(LoadError::CoreModule),
+        [0x00, 0x61, 0x73, 0x6d, _, _, 0x01, 0x00, ..] => Ok(()),
+        [0x00, 0x61, 0x73, 0x6d, ..] => Err(LoadError::Invalid(
+            "unknown WebAssembly version or layer".into(),
+        )),
+        _ => Err(LoadError::NotWasm),
+    }
+}
+
+/// The SHA-256 of a file, read in pieces.
+fn file_digest(path: &Path) -> std::io::Result<(String, [u8; 8])> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut header = [0u8; 8];
+    let mut buffer = vec![0u8; 64 << 10];
+    let mut seen = 0usize;
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        if seen < header.len() {
+            let take = (header.len() - seen).min(n);
+            header[seen..seen + take].copy_from_slice(&buffer[..take]);
+        }
+        seen = seen.saturating_add(n);
+        hasher.update(&buffer[..n]);
+    }
+    Ok((format!("sha256:{}", hex::encode(hasher.finalize())), header))
+}
+
 impl Sandbox {
     /// Loads a component from its bytes. The compiled code is cached on disk
     /// (when the sandbox has a cache directory) under the component's SHA-256
     /// and the engine's compatibility hash, so the same bytes are compiled
     /// once, also across restarts.
     pub fn load(&self, bytes: &[u8]) -> Result<Arc<LoadedComponent>, LoadError> {
-        match bytes {
-            [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ..] => {
-                return Err(LoadError::CoreModule);
-            }
-            [0x00, 0x61, 0x73, 0x6d, _, _, 0x01, 0x00, ..] => {}
-            [0x00, 0x61, 0x73, 0x6d, ..] => {
-                return Err(LoadError::Invalid(
-                    "unknown WebAssembly version or layer".into(),
-                ));
-            }
-            _ => return Err(LoadError::NotWasm),
-        }
+        check_header(bytes)?;
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+        self.load_checked(&digest, ComponentBytes::Memory(bytes))
+    }
+
+    /// Loads the component in a file whose SHA-256 the caller knows (it
+    /// hashed the bytes as they arrived, or stored them under it). The host
+    /// never reads the whole file: a compile worker reads it, or the
+    /// compiled artifact is taken from the cache.
+    pub fn load_known(&self, path: &Path, digest: &str) -> Result<Arc<LoadedComponent>, LoadError> {
+        use std::io::Read as _;
+        // It names the compiled artifact's file.
+        let hex = digest.strip_prefix("sha256:").unwrap_or_default();
+        if hex.len() != 64
+            || !hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(LoadError::Io(format!(
+                "`{}` is not a sha256 digest",
+                crate::shown::shown(digest, 80)
+            )));
+        }
+        let mut header = [0u8; 8];
+        let read = std::fs::File::open(path)
+            .and_then(|mut file| file.read(&mut header))
+            .map_err(|e| LoadError::Io(format!("reading `{}`: {e}", path.display())))?;
+        check_header(&header[..read])?;
+        self.load_checked(digest, ComponentBytes::File(path))
+    }
+
+    fn load_checked(
+        &self,
+        digest: &str,
+        bytes: ComponentBytes<'_>,
+    ) -> Result<Arc<LoadedComponent>, LoadError> {
+        let digest = digest.to_owned();
         if let Some(shared) = self.already_loaded(&digest) {
             return Ok(shared);
         }
@@ -233,12 +314,17 @@ impl Sandbox {
 
     /// Loads a component from a file.
     pub fn load_file(&self, path: &Path) -> Result<Arc<LoadedComponent>, LoadError> {
-        let bytes = std::fs::read(path)
+        let (digest, header) = file_digest(path)
             .map_err(|e| LoadError::Io(format!("reading `{}`: {e}", path.display())))?;
-        self.load(&bytes)
+        check_header(&header)?;
+        self.load_checked(&digest, ComponentBytes::File(path))
     }
 
-    fn compile_cached(&self, digest: &str, bytes: &[u8]) -> Result<(Component, bool), LoadError> {
+    fn compile_cached(
+        &self,
+        digest: &str,
+        bytes: ComponentBytes<'_>,
+    ) -> Result<(Component, bool), LoadError> {
         let cached = self.cache_path(digest);
         if let Some(path) = &cached
             && path.exists()
@@ -257,29 +343,62 @@ impl Sandbox {
                 ),
             }
         }
-        let component = match &self.config.compile {
-            None => Component::new(&self.engine, bytes)
-                .map_err(|e| LoadError::Invalid(format!("{e:#}")))?,
-            Some(limits) => {
-                let artifact = compile_in_worker(limits, self.config.max_wasm_stack, bytes)
-                    .map_err(LoadError::Compile)?;
-                // SAFETY: the artifact is what our own binary, as the compile
-                // worker, wrote from `Engine::precompile_component` with this
-                // engine's code settings (`wasm_config`); wasmtime checks its
-                // header against this engine before using it.
-                unsafe { Component::deserialize(&self.engine, &artifact) }.map_err(|e| {
-                    LoadError::Compile(CompileError::Worker(format!(
-                        "its artifact does not load: {e:#}"
-                    )))
-                })?
+        let Some(limits) = &self.config.compile else {
+            // In this process: the user's own component (`corral run`,
+            // `test`, the harness).
+            let component = match bytes {
+                ComponentBytes::Memory(bytes) => Component::new(&self.engine, bytes),
+                ComponentBytes::File(path) => Component::from_file(&self.engine, path),
             }
+            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+            if let Some(path) = &cached
+                && let Err(e) = store_compiled(&component, path)
+            {
+                tracing::warn!(path = %path.display(), "could not cache the compiled component: {e}");
+            }
+            return Ok((component, false));
         };
+        // In a worker, which writes the artifact straight to a file beside
+        // where it is cached: the host maps it, never reads it whole.
+        let dir = cached
+            .as_deref()
+            .and_then(Path::parent)
+            .map_or_else(std::env::temp_dir, Path::to_path_buf);
+        let worker_error = |what: &str, e: std::io::Error| {
+            LoadError::Compile(CompileError::Worker(format!("{what}: {e}")))
+        };
+        let (artifact_path, artifact) =
+            tempfile_in(&dir).map_err(|e| worker_error("creating the artifact file", e))?;
+        let artifact_path = TempFile(artifact_path);
+        compile_in_worker(limits, self.config.max_wasm_stack, bytes, &artifact)
+            .map_err(LoadError::Compile)?;
+        // Synced before it is renamed to the name that is trusted.
+        artifact
+            .sync_all()
+            .map_err(|e| worker_error("writing the artifact", e))?;
+        // SAFETY: the artifact is what our own binary, as the compile worker,
+        // wrote from `Engine::precompile_component` with this engine's code
+        // settings (`wasm_config`) into a file this host created; wasmtime
+        // checks its header against this engine before using it.
+        let component = unsafe { Component::deserialize_file(&self.engine, &artifact_path.0) }
+            .map_err(|e| {
+                LoadError::Compile(CompileError::Worker(format!(
+                    "its artifact does not load: {e:#}"
+                )))
+            })?;
         if let Some(path) = &cached
-            && let Err(e) = store_compiled(&component, path)
+            && let Err(e) = std::fs::rename(&artifact_path.0, path)
         {
             tracing::warn!(path = %path.display(), "could not cache the compiled component: {e}");
         }
         Ok((component, false))
+    }
+
+    /// The size of the compiled artifact cached for `digest`, if any: what a
+    /// stored version costs on disk besides its bytes.
+    pub fn compiled_size(&self, digest: &str) -> Option<u64> {
+        let path = self.cache_path(digest)?;
+        std::fs::metadata(path).ok().map(|m| m.len())
     }
 
     fn cache_path(&self, digest: &str) -> Option<PathBuf> {
@@ -304,6 +423,15 @@ fn store_compiled(component: &Component, path: &Path) -> anyhow::Result<()> {
     tmp.1.sync_all()?;
     std::fs::rename(&tmp.0, path)?;
     Ok(())
+}
+
+/// A file removed when dropped (unless renamed away first).
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {

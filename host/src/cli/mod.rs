@@ -169,9 +169,16 @@ async fn read_component(source: &str, registry: &RegistryArgs) -> Result<Vec<u8>
         });
     }
     let reference: corral::oci::OciRef = source.parse()?;
-    let pulled = corral::oci::pull(&reference, &registry.registries()).await?;
+    let staging = corral::staging::Staging::temporary().map_err(|e| ReadError::File {
+        path: source.to_owned(),
+        source: e,
+    })?;
+    let pulled = corral::oci::pull(&reference, &registry.registries(), &staging).await?;
     eprintln!("corral: pulled {reference} ({})", pulled.manifest_digest);
-    Ok(pulled.bytes)
+    std::fs::read(pulled.component.path()).map_err(|e| ReadError::File {
+        path: source.to_owned(),
+        source: e,
+    })
 }
 
 pub(crate) fn default_cache_dir() -> Option<PathBuf> {

@@ -26,6 +26,9 @@ use super::{
 };
 use corral::telemetry::Telemetry;
 
+/// How long the start waits for every followed tag's first check.
+const FIRST_FOLLOW_CHECKS: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[derive(clap::Args)]
 pub struct Args {
     /// The configuration file (TOML).
@@ -140,11 +143,12 @@ pub async fn run(
     // Configured oci:// components: plain HTTP only for the listed
     // registries, credentials from the host's environment, at most
     // max_upload bytes, as an upload.
-    let registries = corral::oci::Registries::from_env(
+    let mut registries = corral::oci::Registries::from_env(
         config.host.insecure_registries.clone(),
         config.host.max_upload,
     )
     .with_credentials(&config.host.registry_credentials);
+    registries.deadline = config.host.registry_deadline;
     for t in &config.tenants {
         catalog
             .seed(&t.tenant.name, &t.components, &registries)
@@ -152,7 +156,8 @@ pub async fn run(
     }
     let catalog = Arc::new(catalog);
     // Followed tags: checked once before the host says it is ready (a host
-    // on an empty disk serves them at once), then every follow_interval.
+    // on an empty disk serves them at once; a slow registry delays the
+    // start by FIRST_FOLLOW_CHECKS at most), then every follow_interval.
     let follower = Arc::new(Follower::new(
         catalog.clone(),
         config.host.follow_interval,
@@ -160,7 +165,11 @@ pub async fn run(
             .tenants
             .iter()
             .flat_map(|t| {
-                let registries = registries.with_credentials(&t.registry_credentials);
+                // Every byte from a host the tenant's rules name (or the
+                // followed reference's own registry).
+                let registries = registries
+                    .with_credentials(&t.registry_credentials)
+                    .within(&t.registries);
                 t.follow
                     .iter()
                     .map(move |r| (t.tenant.name.clone(), r.clone(), registries.clone()))
@@ -168,8 +177,10 @@ pub async fn run(
             .collect(),
     ));
     if !follower.is_empty() {
-        follower.check_all().await;
-        tokio::spawn(follower.clone().run(shutdown.clone()));
+        follower
+            .clone()
+            .start(shutdown.clone(), FIRST_FOLLOW_CHECKS)
+            .await;
     }
     let secrets: Vec<(String, Arc<Secrets>)> = config
         .tenants
@@ -262,6 +273,7 @@ pub async fn run(
             registries: registries.clone(),
             follower: follower.clone(),
             runs: Arc::new(tokio::sync::Semaphore::new(api::RUN_SLOTS)),
+            uploads: api::Uploads::default(),
         };
         let tls = config.host.admin_tls.as_ref();
         // One decoded message: an upload chunk, or a `Run`'s arguments.

@@ -97,6 +97,9 @@ pub struct HostConfig {
     pub insecure_registries: Vec<String>,
     /// How often followed tags are resolved (plus up to a fifth, at random).
     pub follow_interval: Duration,
+    /// How long one pull (or a tag's resolution) may take, from first byte
+    /// to last.
+    pub registry_deadline: Duration,
     /// How often secrets are re-read from their sources (SIGHUP: at once).
     pub secret_refresh: Duration,
     /// Where spans are exported (none: nowhere).
@@ -125,6 +128,7 @@ impl Default for HostConfig {
             compile_memory: 2 << 30,
             insecure_registries: Vec::new(),
             follow_interval: Duration::from_secs(30),
+            registry_deadline: crate::oci::DEFAULT_DEADLINE,
             secret_refresh: Duration::from_secs(60),
             tracing: None,
             registry_credentials: BTreeMap::new(),
@@ -221,6 +225,7 @@ struct RawHost {
     #[serde(default)]
     insecure_registries: Vec<String>,
     follow_interval: Option<String>,
+    registry_deadline: Option<String>,
     secret_refresh: Option<String>,
     tracing: Option<RawTracing>,
     #[serde(default)]
@@ -357,6 +362,11 @@ impl Config {
                 raw.host.follow_interval.as_deref(),
                 "30s",
                 "host.follow_interval",
+            )?,
+            registry_deadline: duration(
+                raw.host.registry_deadline.as_deref(),
+                "5m",
+                "host.registry_deadline",
             )?,
             registry_credentials: credentials(
                 &raw.host.registry_credentials,

@@ -4,18 +4,21 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::{Auth, Principal};
 use super::catalog::{Catalog, ControlError, NewVersion, VersionView};
 use super::follow::Follower;
+use super::metadata::Pulled;
 use super::proto::{self, admin_server::Admin, run_response, upload_request};
 use crate::connectors::local::{Local, Submission};
 use crate::oci::Registries;
 use crate::sandbox::{Failure, TaskInfo, format_bytes};
 use crate::session::{Args, Session};
+use crate::staging::{StageError, StagedComponent};
+use corral_harness::shown::{MAX_NAME, Shown};
 
 pub struct AdminService {
     pub catalog: Arc<Catalog>,
@@ -23,6 +26,8 @@ pub struct AdminService {
     pub session: Arc<Session>,
     /// Runs `Run` calls through the session loop.
     pub local: Arc<Local>,
+    /// Uploads in flight: each tenant's, and the host's.
+    pub uploads: Uploads,
     /// The largest component an upload may carry.
     pub max_upload: u64,
     /// How the host pulls a tenant's `oci://` deploys.
@@ -42,6 +47,53 @@ pub const UPLOAD_CHUNK: usize = 1 << 20;
 /// How many `Run` calls may execute at once, host-wide.
 pub const RUN_SLOTS: usize = 4;
 
+/// Uploads one tenant may have in flight at once.
+pub const UPLOADS_PER_TENANT: usize = 2;
+/// Uploads in flight at once, host-wide.
+pub const UPLOADS_PER_HOST: usize = 16;
+
+/// Slots for uploads in flight. Each holds at most one chunk in memory
+/// (it is staged on disk as it arrives), so the host's memory for uploads
+/// is bounded by these counts, whatever the components' sizes; an upload
+/// over either is refused at once, never queued.
+pub struct Uploads {
+    host: Arc<Semaphore>,
+    tenants: std::sync::Mutex<std::collections::HashMap<String, Arc<Semaphore>>>,
+}
+
+impl Default for Uploads {
+    fn default() -> Self {
+        Uploads {
+            host: Arc::new(Semaphore::new(UPLOADS_PER_HOST)),
+            tenants: Default::default(),
+        }
+    }
+}
+
+impl Uploads {
+    /// A slot for one of `tenant`'s uploads, or why not.
+    fn admit(&self, tenant: &str) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), Status> {
+        let own = self
+            .tenants
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(tenant.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(UPLOADS_PER_TENANT)))
+            .clone();
+        let own = own.try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "tenant `{tenant}` already has {UPLOADS_PER_TENANT} uploads in flight: wait for one to finish"
+            ))
+        })?;
+        let host = self.host.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "this host already has {UPLOADS_PER_HOST} uploads in flight: try again shortly"
+            ))
+        })?;
+        Ok((own, host))
+    }
+}
+
 impl AdminService {
     fn tenant<T>(&self, request: &Request<T>, requested: &str) -> Result<String, Status> {
         let principal = self.principal(request)?;
@@ -57,11 +109,11 @@ impl AdminService {
         }
     }
 
-    /// Reads a whole upload stream, checking the header and the size.
-    async fn receive(
+    /// Reads an upload's header.
+    async fn header(
         &self,
         stream: &mut Streaming<proto::UploadRequest>,
-    ) -> Result<(proto::UploadHeader, Vec<u8>), Status> {
+    ) -> Result<proto::UploadHeader, Status> {
         let header = match stream.next().await {
             Some(Ok(proto::UploadRequest {
                 part: Some(upload_request::Part::Header(header)),
@@ -76,12 +128,12 @@ impl AdminService {
         };
         // The host pulls the bytes itself, once it knows the tenant.
         if !header.oci_reference.is_empty() {
-            if header.size != 0 || stream.next().await.is_some() {
+            if header.size != 0 {
                 return Err(Status::invalid_argument(
                     "an upload by oci_reference carries no bytes (size 0, no chunks)",
                 ));
             }
-            return Ok((header, Vec::new()));
+            return Ok(header);
         }
         if header.size == 0 {
             return Err(Status::invalid_argument(
@@ -91,36 +143,44 @@ impl AdminService {
         if header.size > self.max_upload {
             return Err(too_large(header.size, self.max_upload));
         }
-        tracing::info!(
-            name = %header.name,
-            size = header.size,
-            "receiving an upload"
-        );
-        let expected = header.size;
-        let mut bytes = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
+        Ok(header)
+    }
+
+    /// Writes an upload's bytes to a staged file as they arrive, checking
+    /// them against the size its header announced.
+    async fn receive(
+        &self,
+        expected: u64,
+        stream: &mut Streaming<proto::UploadRequest>,
+    ) -> Result<StagedComponent, Status> {
+        let mut staged = self
+            .catalog
+            .staging()
+            .stage(expected)
+            .map_err(|e| Status::internal(format!("staging the upload: {e}")))?;
         while let Some(message) = stream.next().await {
             match message {
                 Ok(proto::UploadRequest {
                     part: Some(upload_request::Part::Chunk(chunk)),
-                }) => {
-                    bytes.extend_from_slice(&chunk);
-                    if bytes.len() as u64 > expected {
-                        return Err(Status::invalid_argument(format!(
-                            "the upload carries more than the {expected} bytes its header announced"
-                        )));
-                    }
-                }
+                }) => staged.write(&chunk).map_err(|e| match e {
+                    StageError::Longer { .. } => Status::invalid_argument(format!(
+                        "the upload carries more than the {expected} bytes its header announced"
+                    )),
+                    StageError::Io(e) => Status::internal(format!("staging the upload: {e}")),
+                })?,
                 Ok(_) => return Err(Status::invalid_argument("an upload has one header")),
-                Err(e) => return Err(cut_off(bytes.len() as u64, expected, &e)),
+                Err(e) => return Err(cut_off(staged.size(), expected, &e)),
             }
         }
-        if (bytes.len() as u64) < expected {
+        if staged.size() < expected {
             return Err(Status::invalid_argument(format!(
                 "the upload was cut off: {} of {expected} bytes arrived; nothing was stored",
-                bytes.len()
+                staged.size()
             )));
         }
-        Ok((header, bytes))
+        staged
+            .finish()
+            .map_err(|e| Status::internal(format!("staging the upload: {e}")))
     }
 }
 
@@ -182,7 +242,12 @@ pub fn to_proto(view: &VersionView) -> proto::Component {
         activity_types,
         imports,
         aliases: v.aliases.clone().into_iter().collect(),
-        labels: v.labels.clone().into_iter().collect(),
+        labels: v
+            .labels
+            .clone()
+            .into_iter()
+            .chain(v.pulled.iter().flat_map(Pulled::labels))
+            .collect(),
         unsupported,
         outbound_http,
         config: v.config.clone().into_iter().collect(),
@@ -227,30 +292,41 @@ impl Admin for AdminService {
             Principal::Operator => "<operator>".to_owned(),
         };
         let result = async {
-            let (header, bytes) = self.receive(&mut stream).await?;
+            let header = self.header(&mut stream).await?;
             tenant = self.auth.tenant(&principal, &header.tenant)?;
-            let mut labels: std::collections::BTreeMap<_, _> = header.labels.into_iter().collect();
-            let bytes = if header.oci_reference.is_empty() {
-                bytes
+            let _slots = self.uploads.admit(&tenant)?;
+            let (component, pulled) = if header.oci_reference.is_empty() {
+                tracing::info!(
+                    tenant,
+                    name = %Shown(&header.name, MAX_NAME),
+                    size = header.size,
+                    "receiving an upload"
+                );
+                (self.receive(header.size, &mut stream).await?, None)
             } else {
+                if stream.next().await.is_some() {
+                    return Err(Status::invalid_argument(
+                        "an upload by oci_reference carries no bytes (size 0, no chunks)",
+                    ));
+                }
                 let pulled = self
                     .catalog
                     .pull(&tenant, &header.oci_reference, &self.registries)
                     .await
                     .map_err(status)?;
-                labels.extend(pulled.labels);
-                pulled.bytes
+                (pulled.component, Some(pulled.pulled))
             };
             let new = NewVersion {
                 name: header.name,
                 aliases: header.aliases.into_iter().collect(),
-                labels,
+                labels: header.labels.into_iter().collect(),
                 config: header.config.into_iter().collect(),
                 inactive: header.inactive,
+                pulled,
             };
             let (view, already_stored) = self
                 .catalog
-                .upload(&tenant, new, bytes)
+                .upload(&tenant, new, component)
                 .await
                 .map_err(status)?;
             Ok::<_, Status>(proto::UploadResponse {

@@ -5,6 +5,10 @@
 //! would: running tasks finish on their version. A digest that fails to
 //! load is not activated; the previous version keeps serving and the
 //! failure shows in `corral status` and `/metrics` until the tag moves.
+//!
+//! Each followed tag is checked on its own schedule, within the pull's own
+//! deadline: a slow or hostile registry delays its own roll-outs, never
+//! another tag's or another tenant's.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -14,7 +18,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::ControlError;
-use super::catalog::{Catalog, NewVersion, OCI_MANIFEST_LABEL, OCI_REFERENCE_LABEL};
+use super::catalog::{Catalog, NewVersion};
+use super::metadata::Pulled;
+use crate::metrics::escape;
 use crate::oci::{self, OciError, OciRef, Registries};
 use crate::sync::lock;
 
@@ -80,28 +86,40 @@ impl Follower {
         self.follows.is_empty()
     }
 
-    /// Checks every followed tag once.
-    pub async fn check_all(&self) {
-        for (tenant, reference, registries) in &self.follows {
-            self.check(tenant, reference, registries).await;
+    /// Follows every tag, each on its own: checked at once, then every
+    /// interval (plus up to a fifth of it at random), until `shutdown`.
+    /// Returns once every tag has been checked once, or after `wait`, so a
+    /// host on an empty disk serves its tags from the start, and a slow
+    /// registry holds up no more than `wait` of the start.
+    pub async fn start(self: Arc<Self>, shutdown: CancellationToken, wait: Duration) {
+        let checked = Arc::new(tokio::sync::Semaphore::new(0));
+        for i in 0..self.follows.len() {
+            let (this, shutdown, checked) = (self.clone(), shutdown.clone(), checked.clone());
+            tokio::spawn(async move {
+                let (tenant, reference, registries) = &this.follows[i];
+                let mut next = Duration::ZERO;
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(next) => {
+                            this.check(tenant, reference, registries).await;
+                        }
+                    }
+                    if next.is_zero() {
+                        checked.add_permits(1);
+                    }
+                    next = this.interval + jitter(this.interval);
+                }
+            });
         }
-    }
-
-    /// Checks every interval (plus up to a fifth of it at random) until
-    /// `shutdown`.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        loop {
-            let mut bytes = [0u8; 4];
-            let jitter = match getrandom::fill(&mut bytes) {
-                Ok(()) => self
-                    .interval
-                    .mul_f64(f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX) / 5.0),
-                Err(_) => Duration::ZERO,
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(self.interval + jitter) => self.check_all().await,
-            }
+        let all = u32::try_from(self.follows.len()).unwrap_or(u32::MAX);
+        if tokio::time::timeout(wait, checked.acquire_many(all))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "followed tags not all checked within {wait:?} (a slow registry?); serving meanwhile, and they go on"
+            );
         }
     }
 
@@ -171,18 +189,19 @@ impl Follower {
         registries: &Registries,
     ) -> Result<String, ActivateError> {
         let pinned = reference.at_digest(manifest);
-        let pulled = oci::pull(&pinned, registries).await?;
+        let pulled = oci::pull(&pinned, registries, self.catalog.staging()).await?;
         let new = NewVersion {
             name: reference.repository_name().to_owned(),
             aliases: BTreeMap::new(),
-            labels: BTreeMap::from([
-                (OCI_REFERENCE_LABEL.to_owned(), reference.to_string()),
-                (OCI_MANIFEST_LABEL.to_owned(), pulled.manifest_digest),
-            ]),
+            labels: BTreeMap::new(),
             config: BTreeMap::new(),
             inactive: false,
+            pulled: Some(Pulled {
+                reference: reference.to_string(),
+                manifest: pulled.manifest_digest,
+            }),
         };
-        let (view, _) = self.catalog.upload(tenant, new, pulled.bytes).await?;
+        let (view, _) = self.catalog.upload(tenant, new, pulled.component).await?;
         Ok(view.version.digest)
     }
 
@@ -207,23 +226,37 @@ impl Follower {
         for ((tenant, _), s) in states.iter() {
             let _ = writeln!(
                 text,
-                "corral_follow_info{{tenant=\"{tenant}\",deployment=\"{}\",reference=\"{}\",wanted=\"{}\",active=\"{}\"}} 1",
-                s.deployment,
-                s.reference,
-                s.wanted.as_deref().unwrap_or(""),
-                s.active.as_deref().unwrap_or(""),
+                "corral_follow_info{{tenant=\"{}\",deployment=\"{}\",reference=\"{}\",wanted=\"{}\",active=\"{}\"}} 1",
+                escape(tenant),
+                escape(&s.deployment),
+                escape(&s.reference),
+                escape(s.wanted.as_deref().unwrap_or("")),
+                escape(s.active.as_deref().unwrap_or("")),
             );
         }
         text.push_str("# TYPE corral_follow_failing gauge\n");
         for ((tenant, _), s) in states.iter() {
             let _ = writeln!(
                 text,
-                "corral_follow_failing{{tenant=\"{tenant}\",deployment=\"{}\",reference=\"{}\"}} {}",
-                s.deployment,
-                s.reference,
+                "corral_follow_failing{{tenant=\"{}\",deployment=\"{}\",reference=\"{}\"}} {}",
+                escape(tenant),
+                escape(&s.deployment),
+                escape(&s.reference),
                 u8::from(s.last_error.is_some()),
             );
         }
         text
+    }
+}
+
+/// Up to a fifth of `interval`, at random: a fleet does not ask a registry
+/// all at once.
+fn jitter(interval: Duration) -> Duration {
+    let mut bytes = [0u8; 4];
+    match getrandom::fill(&mut bytes) {
+        Ok(()) => {
+            interval.mul_f64(f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX) / 5.0)
+        }
+        Err(_) => Duration::ZERO,
     }
 }

@@ -13,7 +13,9 @@ pub mod catalog;
 mod errors;
 pub mod follow;
 pub mod gate;
+pub mod metadata;
 mod pull;
+pub mod quota;
 pub mod server;
 pub mod store;
 

@@ -3,20 +3,21 @@
 //! fetching whatever address a tenant names would reach what the tenant
 //! cannot (the host's own network, other tenants' private registries).
 
-use std::collections::BTreeMap;
-
-use super::catalog::{Catalog, OCI_MANIFEST_LABEL, OCI_REFERENCE_LABEL};
+use super::catalog::Catalog;
 use super::errors::ControlError;
+use super::metadata::Pulled;
 use crate::oci::{self, OciError, OciRef, Registries};
+use crate::staging::StagedComponent;
 
-/// A pulled component and the labels its version keeps.
+/// A pulled component, staged, and the host's record of where it came from.
 pub struct PulledVersion {
-    pub bytes: Vec<u8>,
-    pub labels: BTreeMap<String, String>,
+    pub component: StagedComponent,
+    pub pulled: Pulled,
 }
 
 impl Catalog {
-    /// Pulls `text` for `tenant`, if its `registries` allow the repository.
+    /// Pulls `text` for `tenant`, if its `registries` allow the repository;
+    /// every byte comes from a host those rules name.
     pub async fn pull(
         &self,
         tenant: &str,
@@ -26,7 +27,8 @@ impl Catalog {
         let reference: OciRef = text
             .parse()
             .map_err(|e: OciError| ControlError::InvalidArgument(e.to_string()))?;
-        let allowed = &self.spec(tenant)?.registries;
+        let spec = self.spec(tenant)?;
+        let allowed = &spec.registries;
         if !allowed.iter().any(|prefix| prefix.allows(&reference)) {
             let rule = match allowed.as_slice() {
                 [] => "it may deploy from no registry (tenant.registries is empty)".to_owned(),
@@ -42,17 +44,19 @@ impl Catalog {
                 "tenant `{tenant}` may not deploy {reference}: {rule}"
             )));
         }
-        let registries = registries.with_credentials(&self.spec(tenant)?.credentials);
-        let pulled = oci::pull(&reference, &registries)
+        let registries = registries
+            .with_credentials(&spec.credentials)
+            .within(allowed);
+        let pulled = oci::pull(&reference, &registries, self.staging())
             .await
             .map_err(|e| pull_error(&e))?;
         tracing::info!(tenant, "pulled {reference} ({})", pulled.manifest_digest);
         Ok(PulledVersion {
-            bytes: pulled.bytes,
-            labels: BTreeMap::from([
-                (OCI_REFERENCE_LABEL.to_owned(), reference.to_string()),
-                (OCI_MANIFEST_LABEL.to_owned(), pulled.manifest_digest),
-            ]),
+            component: pulled.component,
+            pulled: Pulled {
+                reference: reference.to_string(),
+                manifest: pulled.manifest_digest,
+            },
         })
     }
 }
@@ -61,16 +65,20 @@ fn pull_error(e: &OciError) -> ControlError {
     let message = crate::error_chain(e);
     match e {
         OciError::NotFound { .. } => ControlError::NotFound(message),
-        OciError::Unreachable { .. } | OciError::Registry { .. } => {
-            ControlError::Unavailable(message)
-        }
+        OciError::Unreachable { .. }
+        | OciError::Registry { .. }
+        | OciError::Deadline { .. }
+        | OciError::Proxy(_)
+        | OciError::Stage { .. } => ControlError::Unavailable(message),
+        OciError::Elsewhere { .. } => ControlError::PermissionDenied(message),
         OciError::Unauthorized { .. } | OciError::Credentials { .. } => {
             ControlError::FailedPrecondition(message)
         }
-        OciError::TooBig { .. } => ControlError::QuotaExceeded(message),
+        OciError::TooBig { .. } | OciError::Oversent { .. } => ControlError::QuotaExceeded(message),
         OciError::Reference { .. }
         | OciError::NotAComponent { .. }
         | OciError::DigestMismatch { .. }
+        | OciError::BadDigest { .. }
         | OciError::LongerThanDeclared { .. } => ControlError::InvalidArgument(message),
         OciError::Describe(_) => ControlError::Internal(message),
     }

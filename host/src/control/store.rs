@@ -18,6 +18,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::metadata::Pulled;
+pub use super::quota::{Quota, QuotaExceeded};
+use crate::staging::{StagedComponent, Staging};
+
 /// One stored version of a tenant's deployment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Version {
@@ -37,6 +41,23 @@ pub struct Version {
     /// The deployment's own `wasi:config` keys, over the tenant's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
+    /// The size of its compiled artifact, as cached when it was stored.
+    #[serde(default)]
+    pub compiled: u64,
+    /// Where the host pulled it from (the host's record, not a label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulled: Option<Pulled>,
+}
+
+impl Version {
+    /// What the version costs its tenant's `max_stored`: its bytes, its
+    /// compiled artifact, and its labels, aliases and config.
+    pub fn stored_bytes(&self) -> u64 {
+        let metadata = super::metadata::size(&self.labels, &self.aliases, &self.config);
+        self.size
+            .saturating_add(self.compiled)
+            .saturating_add(metadata as u64)
+    }
 }
 
 /// One tenant's versions and, per deployment, the active digest.
@@ -111,66 +132,6 @@ pub enum OpenError {
         "data directory `{dir}`: index.json: format {found} is not the format this corral reads ({FORMAT})"
     )]
     Format { dir: PathBuf, found: u32 },
-}
-
-/// What one tenant may keep stored: versions and bytes (active or not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quota {
-    pub versions: usize,
-    pub bytes: u64,
-}
-
-impl Default for Quota {
-    fn default() -> Self {
-        Quota {
-            versions: 100,
-            bytes: 1 << 30,
-        }
-    }
-}
-
-/// A new version that would take a tenant over its [`Quota`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QuotaExceeded {
-    #[error(
-        "tenant `{tenant}` keeps {stored} versions, its limit (limits.max_versions): remove one first"
-    )]
-    Versions { tenant: String, stored: usize },
-    #[error(
-        "tenant `{tenant}` keeps {} and this version adds {}, over its limit of {} (limits.max_stored): remove versions first",
-        super::super::sandbox::format_bytes(*stored),
-        super::super::sandbox::format_bytes(*adding),
-        super::super::sandbox::format_bytes(*limit)
-    )]
-    Bytes {
-        tenant: String,
-        stored: u64,
-        adding: u64,
-        limit: u64,
-    },
-}
-
-impl Quota {
-    /// Whether `tenant` may store one more version of `size` bytes.
-    pub fn admit(&self, tenant: &str, index: &TenantIndex, size: u64) -> Result<(), QuotaExceeded> {
-        let stored = index.versions.len();
-        if stored >= self.versions {
-            return Err(QuotaExceeded::Versions {
-                tenant: tenant.to_owned(),
-                stored,
-            });
-        }
-        let bytes: u64 = index.versions.iter().map(|v| v.size).sum();
-        if bytes.saturating_add(size) > self.bytes {
-            return Err(QuotaExceeded::Bytes {
-                tenant: tenant.to_owned(),
-                stored: bytes,
-                adding: size,
-                limit: self.bytes,
-            });
-        }
-        Ok(())
-    }
 }
 
 /// Everything the host serves, as persisted.
@@ -253,21 +214,37 @@ impl Store {
             .map(|d| d.join("components").join(format!("{hex}.wasm")))
     }
 
-    /// Stores a component's bytes under their digest (once).
-    pub fn put_bytes(&self, digest: &str, bytes: &[u8]) -> std::io::Result<()> {
-        let Some(path) = self.blob_path(digest) else {
+    /// Where uploads and pulls are staged: `data_dir/staging` (emptied of
+    /// what a crash left), or a directory of their own without `data_dir`.
+    pub fn staging(&self) -> std::io::Result<Staging> {
+        match &self.dir {
+            Some(dir) => Staging::at(dir.join("staging")),
+            None => Staging::temporary(),
+        }
+    }
+
+    /// Stores a staged component under its digest (once): a rename, then
+    /// the directory synced so the rename survives a crash.
+    pub fn put_staged(&self, component: StagedComponent) -> std::io::Result<()> {
+        let Some(path) = self.blob_path(&component.digest) else {
             return Ok(());
         };
         if path.exists() {
             return Ok(());
         }
-        write_atomically(&path, bytes)
+        component.persist(&path)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::File::open(dir)?.sync_all()
     }
 
-    /// A stored component's bytes.
-    pub fn bytes(&self, digest: &str) -> std::io::Result<Vec<u8>> {
+    /// Where a stored component's bytes are.
+    pub fn path(&self, digest: &str) -> std::io::Result<PathBuf> {
         match self.blob_path(digest) {
-            Some(path) => std::fs::read(path),
+            Some(path) if path.exists() => Ok(path),
+            Some(path) => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("`{}` is missing", path.display()),
+            )),
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 "no data directory",
@@ -415,14 +392,26 @@ mod tests {
             labels: BTreeMap::new(),
             from_config: false,
             config: BTreeMap::new(),
+            compiled: 0,
+            pulled: None,
         }
+    }
+
+    /// Stores `bytes` as if they had the digest `sha256:<hex>`.
+    fn put(store: &Store, hex: &str, bytes: &[u8]) {
+        let path = store.blob_path(&format!("sha256:{hex}")).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    fn stored(store: &Store, hex: &str) -> std::io::Result<Vec<u8>> {
+        std::fs::read(store.path(&format!("sha256:{hex}"))?)
     }
 
     #[test]
     fn the_index_survives_a_reopen_and_leftovers_are_cleaned() {
         let dir = tempfile::tempdir().unwrap();
         let (store, mut index) = Store::open(dir.path()).unwrap();
-        store.put_bytes("sha256:abcd", b"bytes").unwrap();
+        put(&store, "abcd", b"bytes");
         let mut tenant = TenantIndex::default();
         tenant.versions.push(version("greeter", "abcd"));
         tenant.active.insert("greeter".into(), "sha256:abcd".into());
@@ -432,13 +421,13 @@ mod tests {
 
         let (store, reopened) = Store::open(dir.path()).unwrap();
         assert_eq!(reopened, index);
-        assert_eq!(store.bytes("sha256:abcd").unwrap(), b"bytes");
+        assert_eq!(stored(&store, "abcd").unwrap(), b"bytes");
         assert!(!dir.path().join(".tmp-deadbeef").exists());
 
         store.forget_bytes("sha256:abcd", &reopened);
-        assert!(store.bytes("sha256:abcd").is_ok(), "still referenced");
+        assert!(stored(&store, "abcd").is_ok(), "still referenced");
         store.forget_bytes("sha256:abcd", &Index::default());
-        assert!(store.bytes("sha256:abcd").is_err());
+        assert!(stored(&store, "abcd").is_err());
     }
 
     #[test]
@@ -447,7 +436,7 @@ mod tests {
         let (store, mut index) = Store::open(dir.path()).unwrap();
         let compiled = store.compiled_dir().unwrap();
         for hex in ["abcd", "beef"] {
-            store.put_bytes(&format!("sha256:{hex}"), b"bytes").unwrap();
+            put(&store, hex, b"bytes");
             std::fs::write(compiled.join(format!("{hex}-0123.cwasm")), b"code").unwrap();
         }
         let mut tenant = TenantIndex::default();
@@ -457,35 +446,13 @@ mod tests {
 
         // `beef` is named by nothing (a crash before its index was written).
         let (store, index) = Store::open(dir.path()).unwrap();
-        assert!(store.bytes("sha256:beef").is_err());
+        assert!(stored(&store, "beef").is_err());
         assert!(!compiled.join("beef-0123.cwasm").exists());
         assert!(compiled.join("abcd-0123.cwasm").exists());
 
         store.forget_bytes("sha256:abcd", &Index::default());
         assert!(!compiled.join("abcd-0123.cwasm").exists());
         drop(index);
-    }
-
-    #[test]
-    fn quotas_refuse_with_the_numbers() {
-        let mut t = TenantIndex::default();
-        t.versions.push(Version {
-            size: 600 << 20,
-            ..version("a", "aa")
-        });
-        let quota = Quota {
-            versions: 2,
-            bytes: 1 << 30,
-        };
-        assert!(quota.admit("acme", &t, 100 << 20).is_ok());
-        let e = quota.admit("acme", &t, 500 << 20).unwrap_err().to_string();
-        assert!(
-            e.contains("keeps 600 MiB and this version adds 500 MiB, over its limit of 1 GiB"),
-            "{e}"
-        );
-        t.versions.push(version("a", "bb"));
-        let e = quota.admit("acme", &t, 1).unwrap_err().to_string();
-        assert!(e.contains("keeps 2 versions"), "{e}");
     }
 
     #[test]

@@ -11,19 +11,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 mod seed;
 
-/// The labels of a version pulled from a registry: what was named, and the
-/// manifest digest it resolved to.
-pub const OCI_REFERENCE_LABEL: &str = "oci.reference";
-pub const OCI_MANIFEST_LABEL: &str = "oci.manifest";
-
 use sha2::{Digest, Sha256};
 
 pub use super::errors::{CatalogError, ControlError};
+use super::metadata::{self, Pulled};
 use super::store::{Index, Quota, Store, TenantIndex, Version};
 use crate::metrics::Metrics;
 use crate::oci::{Credential, RepositoryPrefix};
 use crate::sandbox::{CompileError, LoadError, LoadedComponent, PreparedTenant, Sandbox};
 use crate::session::{Deployment, Registry};
+use crate::staging::{StagedComponent, Staging};
 
 /// A tenant as configured: its policy and its configuration-wide aliases.
 #[derive(Debug, Clone)]
@@ -55,11 +52,14 @@ impl TenantSpec {
 pub struct NewVersion {
     pub name: String,
     pub aliases: BTreeMap<String, String>,
+    /// The caller's labels (never under a host prefix: see `metadata`).
     pub labels: BTreeMap<String, String>,
     /// The deployment's own `wasi:config` keys.
     pub config: BTreeMap<String, String>,
     /// Store without activating.
     pub inactive: bool,
+    /// Where the host pulled it from: set by the host only.
+    pub pulled: Option<Pulled>,
 }
 
 /// A stored version as the API shows it.
@@ -97,6 +97,8 @@ pub struct Catalog {
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
     store: Store,
+    /// Where uploads and pulls arrive, before they are stored.
+    staging: Staging,
     tenants: BTreeMap<String, TenantSpec>,
     /// One change at a time; held across validation and the disk write.
     state: tokio::sync::Mutex<State>,
@@ -132,11 +134,15 @@ impl Catalog {
                 );
             }
         }
+        let staging = store
+            .staging()
+            .map_err(|e| ControlError::Internal(format!("creating the staging directory: {e}")))?;
         let catalog = Catalog {
             sandbox,
             registry,
             metrics,
             store,
+            staging,
             tenants,
             state: tokio::sync::Mutex::new(State {
                 index,
@@ -175,6 +181,11 @@ impl Catalog {
         self.tenants.keys().map(String::as_str)
     }
 
+    /// Where an upload or a pull is written as it arrives.
+    pub fn staging(&self) -> &Staging {
+        &self.staging
+    }
+
     pub(super) fn spec(&self, tenant: &str) -> Result<&TenantSpec, ControlError> {
         self.tenants
             .get(tenant)
@@ -182,32 +193,48 @@ impl Catalog {
     }
 
     /// Validates, compiles, stores and (unless asked not to) activates a
-    /// component. Returns the version and whether it was already stored.
+    /// staged component. Returns the version and whether it was already
+    /// stored.
     pub async fn upload(
         &self,
         tenant: &str,
         new: NewVersion,
-        bytes: Vec<u8>,
+        component: StagedComponent,
     ) -> Result<(VersionView, bool), ControlError> {
         let spec = self.spec(tenant)?;
         if new.name.is_empty()
+            || new.name.len() > metadata::MAX_KEY
             || !new
                 .name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         {
             return Err(ControlError::InvalidArgument(format!(
-                "deployment name `{}` must be non-empty letters, digits, `-`, `_` or `.`",
-                new.name
+                "deployment name `{}` must be 1 to {} letters, digits, `-`, `_` or `.`",
+                corral_harness::shown::shown(&new.name, metadata::MAX_KEY + 8),
+                metadata::MAX_KEY
             )));
         }
-        let size = bytes.len() as u64;
-        let digest = digest_of(&bytes);
-        // Refused before compiling, and again (the index may have changed
-        // meanwhile) before anything is written.
-        self.admit(&*self.state.lock().await, spec, &digest, size)?;
-        let component = match self.load(bytes.clone()).await {
-            Ok(component) => component,
+        metadata::check(&new.labels, &new.aliases, &new.config)
+            .map_err(|e| ControlError::InvalidArgument(e.to_string()))?;
+        let digest = component.digest.clone();
+        let mut candidate = Version {
+            name: new.name.clone(),
+            digest: digest.clone(),
+            size: component.size,
+            uploaded_at_ms: now_ms(),
+            aliases: new.aliases.clone(),
+            labels: new.labels.clone(),
+            from_config: false,
+            config: new.config.clone(),
+            compiled: 0,
+            pulled: new.pulled.clone(),
+        };
+        // Refused before compiling, and again (with the compiled size, and
+        // the index may have changed meanwhile) before anything is written.
+        self.admit(&*self.state.lock().await, spec, &candidate)?;
+        let loaded = match self.load(component.path(), &digest).await {
+            Ok(loaded) => loaded,
             Err(e) => {
                 // Compiled and cached before a later check refused it.
                 self.store
@@ -215,11 +242,8 @@ impl Catalog {
                 return Err(e);
             }
         };
+        candidate.compiled = self.sandbox.compiled_size(&digest).unwrap_or(0);
         let mut state = self.state.lock().await;
-        if let Err(e) = self.admit(&state, spec, &digest, size) {
-            self.store.forget_bytes(&digest, &state.index);
-            return Err(e);
-        }
         let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
         let existing = tenant_index
             .versions
@@ -235,44 +259,36 @@ impl Catalog {
                 )));
             }
             Some(mut v) => {
-                if v.config != new.config {
-                    // The same bytes, deployed with other settings: the
-                    // settings are the version's, so they change with it.
-                    v.config = new.config.clone();
-                    if let Some(stored) = tenant_index
-                        .versions
-                        .iter_mut()
-                        .find(|s| s.digest == digest)
-                    {
-                        stored.config = new.config.clone();
-                    }
-                }
+                // The same bytes, deployed with other settings: the
+                // settings are the version's, so they change with it.
+                v.config = new.config.clone();
                 v
             }
-            None => {
-                let version = Version {
-                    name: new.name.clone(),
-                    digest: digest.clone(),
-                    size,
-                    uploaded_at_ms: now_ms(),
-                    aliases: new.aliases.clone(),
-                    labels: new.labels.clone(),
-                    from_config: false,
-                    config: new.config.clone(),
-                };
-                tenant_index.versions.push(version.clone());
-                version
-            }
+            None => candidate,
         };
+        if let Err(e) = self.admit(&state, spec, &version) {
+            if !already_stored {
+                self.store.forget_bytes(&digest, &state.index);
+            }
+            return Err(e);
+        }
+        match tenant_index
+            .versions
+            .iter_mut()
+            .find(|s| s.digest == digest)
+        {
+            Some(stored) => *stored = version.clone(),
+            None => tenant_index.versions.push(version.clone()),
+        }
         if !new.inactive {
             tenant_index
                 .active
                 .insert(version.name.clone(), digest.clone());
         }
-        state.loaded.insert(digest.clone(), component.clone());
+        state.loaded.insert(digest.clone(), loaded.clone());
         let stored = self
             .store
-            .put_bytes(&digest, &bytes)
+            .put_staged(component)
             .map_err(|e| ControlError::Internal(format!("storing the component: {e}")));
         if let Err(e) = match stored {
             Ok(()) => self.commit(&mut state, spec, tenant_index).await,
@@ -295,7 +311,7 @@ impl Catalog {
                 tenant: tenant.to_owned(),
                 version,
                 active,
-                component: Some(component),
+                component: Some(loaded),
                 http_hosts: spec.http_hosts(),
             },
             already_stored,
@@ -408,17 +424,13 @@ impl Catalog {
         &self,
         state: &State,
         spec: &TenantSpec,
-        digest: &str,
-        size: u64,
+        candidate: &Version,
     ) -> Result<(), ControlError> {
         let name = &spec.tenant.name;
         let none = TenantIndex::default();
         let tenant_index = state.index.tenants.get(name).unwrap_or(&none);
-        if tenant_index.versions.iter().any(|v| v.digest == digest) {
-            return Ok(());
-        }
         spec.quota
-            .admit(name, tenant_index, size)
+            .admit(name, tenant_index, candidate)
             .map_err(|e| ControlError::QuotaExceeded(e.to_string()))
     }
 
@@ -471,23 +483,29 @@ impl Catalog {
         if let Some(c) = state.loaded.get(digest) {
             return Ok(c.clone());
         }
-        let bytes = self.store.bytes(digest).map_err(|e| {
+        let path = self.store.path(digest).map_err(|e| {
             ControlError::Internal(format!("the stored bytes of {digest} cannot be read: {e}"))
         })?;
-        let component = self.load(bytes).await?;
+        let component = self.load(&path, digest).await?;
         state.loaded.insert(digest.to_owned(), component.clone());
         Ok(component)
     }
 
-    /// Validates and compiles on a blocking thread (compiling takes seconds).
-    async fn load(&self, bytes: Vec<u8>) -> Result<Arc<LoadedComponent>, ControlError> {
+    /// Validates and compiles the component in a file, whose digest the
+    /// caller knows, on a blocking thread (compiling takes seconds).
+    async fn load(
+        &self,
+        path: &std::path::Path,
+        digest: &str,
+    ) -> Result<Arc<LoadedComponent>, ControlError> {
         let sandbox = self.sandbox.clone();
         let _compiling = self
             .compiles
             .acquire()
             .await
             .map_err(|e| ControlError::Internal(format!("compiling: {e}")))?;
-        let loaded = tokio::task::spawn_blocking(move || sandbox.load(&bytes))
+        let (path, digest) = (path.to_path_buf(), digest.to_owned());
+        let loaded = tokio::task::spawn_blocking(move || sandbox.load_known(&path, &digest))
             .await
             .map_err(|e| ControlError::Internal(format!("compiling failed: {e}")))?;
         match loaded {

@@ -3,10 +3,18 @@
 
 use std::collections::BTreeMap;
 
-use super::{Catalog, CatalogError, OCI_MANIFEST_LABEL, OCI_REFERENCE_LABEL, Version, now_ms};
+use super::{Catalog, CatalogError, Version, now_ms};
 use crate::config::ComponentSource;
+use crate::control::metadata::Pulled;
 use crate::control::store::TenantIndex;
 use crate::oci::{self, Registries};
+use crate::staging::StagedComponent;
+
+/// A configured component's bytes: staged now, or stored before.
+enum Configured {
+    Staged(StagedComponent),
+    Stored(String),
+}
 
 impl Catalog {
     /// Adds the components named in the configuration and routes the
@@ -20,7 +28,9 @@ impl Catalog {
         registries: &Registries,
     ) -> Result<(), CatalogError> {
         let spec = self.spec(tenant)?;
-        let registries = registries.with_credentials(&spec.credentials);
+        let registries = registries
+            .with_credentials(&spec.credentials)
+            .within(&spec.registries);
         let mut state = self.state.lock().await;
         let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
         for source in sources {
@@ -29,14 +39,27 @@ impl Catalog {
                 component: source.to_string(),
                 source: error,
             };
-            let (bytes, labels) = self
-                .configured_bytes(source, &registries, &tenant_index)
+            let (configured, pulled) = self
+                .configured(source, &registries, &tenant_index)
                 .await
                 .map_err(fail)?;
+            let (path, digest, size) = match &configured {
+                Configured::Staged(staged) => (
+                    staged.path().to_path_buf(),
+                    staged.digest.clone(),
+                    staged.size,
+                ),
+                Configured::Stored(digest) => {
+                    let path = self.store.path(digest).map_err(|e| fail(e.into()))?;
+                    let size = std::fs::metadata(&path).map_err(|e| fail(e.into()))?.len();
+                    (path, digest.clone(), size)
+                }
+            };
             let name = source.deployment();
-            let size = bytes.len() as u64;
-            let component = self.load(bytes.clone()).await.map_err(|e| fail(e.into()))?;
-            let digest = component.digest.clone();
+            let component = self
+                .load(&path, &digest)
+                .await
+                .map_err(|e| fail(e.into()))?;
             tracing::info!(tenant, digest = %digest, from_cache = component.from_cache, "loaded {source}");
             let active = tenant_index
                 .active
@@ -55,18 +78,20 @@ impl Catalog {
                 _ => {}
             }
             if !tenant_index.versions.iter().any(|v| v.digest == digest) {
-                self.store
-                    .put_bytes(&digest, &bytes)
-                    .map_err(|e| fail(e.into()))?;
+                if let Configured::Staged(staged) = configured {
+                    self.store.put_staged(staged).map_err(|e| fail(e.into()))?;
+                }
                 tenant_index.versions.push(Version {
                     name: name.clone(),
                     digest: digest.clone(),
                     size,
                     uploaded_at_ms: now_ms(),
                     aliases: BTreeMap::new(),
-                    labels,
+                    labels: BTreeMap::new(),
                     from_config: true,
                     config: BTreeMap::new(),
+                    compiled: self.sandbox.compiled_size(&digest).unwrap_or(0),
+                    pulled,
                 });
             }
             tenant_index.active.insert(name, digest.clone());
@@ -75,18 +100,21 @@ impl Catalog {
         Ok(self.commit(&mut state, spec, tenant_index).await?)
     }
 
-    /// The bytes of a configured component, and the labels its version
-    /// keeps: its file, or its OCI artifact. A manifest pulled before is
-    /// read from the store: by digest without asking the registry, by tag
-    /// after asking only what the tag names.
-    async fn configured_bytes(
+    /// A configured component, and where it was pulled from: its file,
+    /// staged; or its OCI artifact, read from the store when the host pulled
+    /// that manifest before (by digest without asking the registry, by tag
+    /// after asking only what the tag names), or pulled now. Only the host's
+    /// own record of a pull is trusted, never a label.
+    async fn configured(
         &self,
         source: &ComponentSource,
         registries: &Registries,
         index: &TenantIndex,
-    ) -> Result<(Vec<u8>, BTreeMap<String, String>), Box<dyn std::error::Error + Send + Sync>> {
+    ) -> Result<(Configured, Option<Pulled>), Box<dyn std::error::Error + Send + Sync>> {
         let reference = match source {
-            ComponentSource::File(path) => return Ok((std::fs::read(path)?, BTreeMap::new())),
+            ComponentSource::File(path) => {
+                return Ok((Configured::Staged(self.staging.copy_of(path)?), None));
+            }
             ComponentSource::Oci(reference) => reference,
         };
         // By digest, nothing is asked; by tag, only what it names now.
@@ -97,21 +125,24 @@ impl Catalog {
         if let Some(version) = index
             .versions
             .iter()
-            .find(|v| v.labels.get(OCI_MANIFEST_LABEL) == Some(&manifest))
-            && let Ok(bytes) = self.store.bytes(&version.digest)
+            .find(|v| v.pulled.as_ref().is_some_and(|p| p.manifest == manifest))
+            && self.store.path(&version.digest).is_ok()
         {
             tracing::info!(
                 "{reference}: stored before, as {}; not pulled",
                 version.digest
             );
-            return Ok((bytes, version.labels.clone()));
+            return Ok((
+                Configured::Stored(version.digest.clone()),
+                version.pulled.clone(),
+            ));
         }
-        let pulled = oci::pull(&reference.at_digest(&manifest), registries).await?;
+        let pulled = oci::pull(&reference.at_digest(&manifest), registries, &self.staging).await?;
         tracing::info!("pulled {reference} ({})", pulled.manifest_digest);
-        let labels = BTreeMap::from([
-            (OCI_REFERENCE_LABEL.to_owned(), reference.to_string()),
-            (OCI_MANIFEST_LABEL.to_owned(), pulled.manifest_digest),
-        ]);
-        Ok((pulled.bytes, labels))
+        let record = Pulled {
+            reference: reference.to_string(),
+            manifest: pulled.manifest_digest,
+        };
+        Ok((Configured::Staged(pulled.component), Some(record)))
     }
 }

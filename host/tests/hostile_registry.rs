@@ -1,0 +1,261 @@
+//! Attacks from a registry a tenant controls, against `corral serve`: the
+//! tenant's `registries` rule allows the registry, and the registry does
+//! what it likes — points the host elsewhere (a redirect, a token realm, a
+//! layer's URLs), sends a manifest without end or with twenty thousand
+//! layers, drips a byte at a time, names a digest that is not one, answers
+//! with an error page full of terminal escapes. Each asserts the bound, that
+//! nothing reached a bystander, and that the host serves on.
+
+mod common;
+
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::activities::text;
+use common::admin::Host;
+use common::http::{Head, loopback_server, recording_server};
+use common::processes::scrape;
+use common::registry::Registry;
+
+/// How late a deadline may be met on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_secs(8);
+
+fn respond(stream: &TcpStream, status: &str, headers: &[(&str, String)], body: &[u8]) {
+    let mut stream = stream;
+    let mut head = format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\n", body.len());
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("connection: close\r\n\r\n");
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body);
+}
+
+const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// A manifest of one wasm layer of `size` bytes, with `extra` fields in
+/// the layer's descriptor.
+fn manifest(layers: usize, extra: &str) -> String {
+    let layer = format!(
+        r#"{{"mediaType":"application/wasm","digest":"sha256:{}","size":10{extra}}}"#,
+        "b".repeat(64)
+    );
+    format!(
+        r#"{{"schemaVersion":2,"mediaType":"{MANIFEST_TYPE}","config":{{"mediaType":"application/vnd.wasm.config.v0+json","digest":"sha256:{}","size":2}},"layers":[{}]}}"#,
+        "a".repeat(64),
+        vec![layer; layers].join(",")
+    )
+}
+
+/// A hostile registry on loopback: what it does depends on the repository
+/// asked for; every other request (the `/v2/` ping) is answered 200.
+fn hostile_registry(bystander: u16) -> u16 {
+    loopback_server(move |head: &Head, _: &mut BufReader<&TcpStream>, stream| {
+        let target = head.target();
+        let manifest_of =
+            |repository: &str| target.starts_with(&format!("/v2/acme/{repository}/manifests/"));
+        if manifest_of("redirect") {
+            let to = format!("http://127.0.0.1:{bystander}/stolen");
+            respond(stream, "307 Temporary Redirect", &[("location", to)], b"");
+        } else if manifest_of("urls") {
+            let urls = format!(r#","urls":["http://127.0.0.1:{bystander}/blob"]"#);
+            let body = manifest(1, &urls);
+            respond(
+                stream,
+                "200 OK",
+                &[("content-type", MANIFEST_TYPE.into())],
+                body.as_bytes(),
+            );
+        } else if manifest_of("layers") {
+            let body = manifest(20_000, "");
+            respond(
+                stream,
+                "200 OK",
+                &[("content-type", MANIFEST_TYPE.into())],
+                body.as_bytes(),
+            );
+        } else if manifest_of("huge") {
+            // 64 MiB of manifest, announced and sent.
+            let mut stream = stream;
+            let size = 64usize << 20;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {MANIFEST_TYPE}\r\ncontent-length: {size}\r\nconnection: close\r\n\r\n"
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let chunk = vec![b' '; 1 << 20];
+            for _ in 0..64 {
+                if stream.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        } else if manifest_of("errorpage") {
+            let page = "\u{1b}[2J\u{1b}[31mFAKE corral: deployed\n".repeat(20_000);
+            respond(stream, "500 Internal Server Error", &[], page.as_bytes());
+        } else if manifest_of("slow") {
+            // A byte every second, for as long as anyone listens.
+            let mut stream = stream;
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n");
+            while stream.write_all(b" ").is_ok() {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        } else if target.contains("/baddigest/manifests/") {
+            let forged = r#"sha256:"} 9 forged_sample{x="1"#.to_owned();
+            respond(stream, "200 OK", &[("docker-content-digest", forged)], b"");
+        } else {
+            respond(stream, "200 OK", &[], b"");
+        }
+    })
+}
+
+/// A registry whose `/v2/` asks for a token from a realm elsewhere.
+fn realm_registry(bystander: u16) -> u16 {
+    loopback_server(move |_: &Head, _: &mut BufReader<&TcpStream>, stream| {
+        let challenge = format!(
+            r#"Bearer realm="http://127.0.0.1:{bystander}/token",service="evil",scope="repository:acme/x:pull""#
+        );
+        respond(
+            stream,
+            "401 Unauthorized",
+            &[("www-authenticate", challenge)],
+            b"",
+        );
+    })
+}
+
+/// The longest line in `text`.
+fn longest_line(text: &str) -> usize {
+    text.lines().map(str::len).max().unwrap_or(0)
+}
+
+#[test]
+fn every_byte_comes_from_a_host_a_rule_names_and_a_registry_cannot_flood_the_host() {
+    let (bystander, arrived) = recording_server(|_| (200, vec![], "stolen".into()));
+    let registry = hostile_registry(bystander);
+    let realm = realm_registry(bystander);
+    let hostile = format!("127.0.0.1:{registry}");
+    let realm_host = format!("127.0.0.1:{realm}");
+    let host = Host::new(&format!(
+        "insecure_registries = [{hostile:?}, {realm_host:?}]\nregistry_deadline = \"4s\""
+    ));
+    let corral = host.serve([&format!("registries = [{hostile:?}, {realm_host:?}]"), ""]);
+    let deploy = |repository: &str, says: &str| -> String {
+        let reference = if repository == "realm" {
+            format!("oci://{realm_host}/acme/x:1")
+        } else {
+            format!("oci://{hostile}/acme/{repository}:1")
+        };
+        let started = Instant::now();
+        let out = host.cli(&host.tokens[0].token, &["deploy", &reference]);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{repository}: {said}");
+        assert!(said.contains(says), "{repository}: no `{says}` in {said}");
+        assert!(
+            started.elapsed() < Duration::from_secs(4) + SLACK,
+            "{repository} took {:?}",
+            started.elapsed()
+        );
+        said
+    };
+    let rss = || corral.status_kib("VmRSS");
+    let before = rss();
+
+    // Pointed elsewhere: refused, naming where, and nothing sent there.
+    let elsewhere =
+        format!("sent the host to 127.0.0.1:{bystander}, which no `registries` rule names");
+    deploy("redirect", &elsewhere);
+    deploy("realm", &elsewhere);
+    deploy("urls", "its layer names URLs to fetch it from");
+    assert!(
+        arrived.recv_timeout(Duration::from_millis(200)).is_err(),
+        "a request reached the bystander"
+    );
+
+    // A manifest without end: cut off near its bound, the host's memory
+    // untouched (it was +110 MiB for this one).
+    deploy("huge", "the registry sent more than the pull allows");
+    let grown = rss().saturating_sub(before);
+    assert!(grown < 24 << 10, "the host grew by {grown} KiB");
+
+    // Twenty thousand layers, an error page of escapes: bounded and
+    // escaped, in the answer and in the host's log.
+    let said = deploy("layers", "it has layers [application/wasm, ");
+    assert!(said.contains("and 19995 more"), "{said}");
+    assert!(said.len() < 2048, "{} bytes of error", said.len());
+    let said = deploy("errorpage", "acme/errorpage:1");
+    assert!(said.len() < 2048, "{} bytes of error", said.len());
+    assert!(!said.contains('\u{1b}'), "{said}");
+    assert!(!said.contains("\nFAKE"), "{said}");
+
+    // A byte a second: the pull's deadline ends it.
+    deploy("slow", "did not finish within 4s");
+
+    let log = corral.stderr();
+    assert!(
+        longest_line(&log) < 4096,
+        "a log line of {} bytes",
+        longest_line(&log)
+    );
+    assert!(!log.contains('\u{1b}'), "escapes in the host's log");
+    let out = host.cli(&host.tokens[0].token, &["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn a_digest_a_registry_names_is_checked_before_metrics_show_it() {
+    let (bystander, _) = recording_server(|_| (200, vec![], String::new()));
+    let registry = hostile_registry(bystander);
+    let hostile = format!("127.0.0.1:{registry}");
+    let host = Host::new(&format!(
+        "insecure_registries = [{hostile:?}]\nfollow_interval = \"1s\""
+    ));
+    let corral = host.serve([
+        &format!(
+            "registries = [{hostile:?}]\nfollow = [\"oci://{hostile}/acme/baddigest:stable\"]"
+        ),
+        "",
+    ]);
+    corral.await_logged("is not a sha256 digest", 1);
+    let scraped = scrape(host.metrics);
+    assert!(!scraped.contains("forged_sample"), "{scraped}");
+    let follow: Vec<&str> = scraped
+        .lines()
+        .filter(|l| l.starts_with("corral_follow_info{"))
+        .collect();
+    assert_eq!(follow.len(), 1, "{scraped}");
+    assert!(
+        follow[0].contains(r#"wanted="""#) && follow[0].ends_with("} 1"),
+        "{}",
+        follow[0]
+    );
+}
+
+#[test]
+fn one_slow_registry_holds_up_no_other_tenants_roll_outs() {
+    let (bystander, _) = recording_server(|_| (200, vec![], String::new()));
+    let slow = format!("127.0.0.1:{}", hostile_registry(bystander));
+    let good = Registry::start();
+    let good_host = good.host();
+    let versioned = common::example("versioned");
+    let v2 = versioned.parent().unwrap().join("v2/versioned.wasm");
+    let stable = format!("oci://{good_host}/acme/versioned:stable");
+    good.push(&versioned, &stable);
+    let host = Host::new(&format!(
+        "insecure_registries = [{slow:?}, {good_host:?}]\nfollow_interval = \"1s\"\nregistry_deadline = \"120s\""
+    ));
+    // Alpha follows a tag on the registry that drips; beta one on a good
+    // registry.
+    let corral = host.serve([
+        &format!("registries = [{slow:?}]\nfollow = [\"oci://{slow}/acme/slow:stable\"]"),
+        &format!("registries = [{good_host:?}]\nfollow = [{stable:?}]"),
+    ]);
+    corral.await_logged(&format!("following {stable}: activated"), 1);
+    // Beta's tag moves while alpha's check is stuck: beta rolls out.
+    let moved = good.push(&v2, &stable);
+    corral.await_logged(&format!("({moved})"), 1);
+    assert!(
+        !corral.stderr().contains("acme/slow:stable: oci://"),
+        "alpha's check ended (its deadline is 120 s): {}",
+        corral.stderr()
+    );
+}

@@ -1,0 +1,240 @@
+//! Attacks on the store through the admin API, against `corral serve`: a
+//! tenant that opens uploads and never finishes them, one that stores its
+//! quota's worth in labels and config, one that labels its own bytes as
+//! what the host pulled for an operator, and bytes forged that way before
+//! this host knew better. Each asserts the bound and that nothing was lost.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::activities::{json_of, text};
+use common::admin::Host;
+use common::example;
+use common::registry::Registry;
+use corral::control::proto::{self, admin_client::AdminClient, upload_request};
+
+/// Uploads one tenant may have in flight (`control/api.rs`).
+const PER_TENANT: usize = 2;
+
+/// The bytes staged so far, under the host's data directory.
+fn staged(host: &Host) -> Vec<u64> {
+    std::fs::read_dir(host.data.path().join("staging"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok().map(|m| m.len()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within a minute");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn unfinished_uploads_stream_to_disk_and_a_tenant_holds_only_its_share() {
+    const SIZE: u64 = 40 << 20;
+    const SENT: usize = 20;
+    let host = Host::new("");
+    let corral = host.serve(["", ""]);
+    let before = corral.status_kib("VmRSS");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let endpoint = format!("http://127.0.0.1:{}", host.admin);
+    let token = host.tokens[0].token.clone();
+    // Eight uploads of 40 MiB, each sending half its bytes and then holding
+    // its stream open.
+    let (refused, senders) = runtime.block_on(async {
+        let mut senders = Vec::new();
+        let mut calls = Vec::new();
+        for i in 0..8 {
+            let (send, receive) = tokio::sync::mpsc::channel(4);
+            let header = proto::UploadRequest {
+                part: Some(upload_request::Part::Header(proto::UploadHeader {
+                    name: format!("big{i}"),
+                    size: SIZE,
+                    ..Default::default()
+                })),
+            };
+            send.send(header).await.unwrap();
+            let mut client = AdminClient::connect(endpoint.clone()).await.unwrap();
+            let mut request =
+                tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(receive));
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+            calls.push(tokio::spawn(async move { client.upload(request).await }));
+            let chunks = send.clone();
+            tokio::spawn(async move {
+                for _ in 0..SENT {
+                    let chunk = proto::UploadRequest {
+                        part: Some(upload_request::Part::Chunk(vec![7u8; 1 << 20])),
+                    };
+                    if chunks.send(chunk).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            senders.push(send);
+        }
+        // The ones over the tenant's share are refused at once.
+        let mut refused = Vec::new();
+        for call in calls {
+            let call = tokio::time::timeout(Duration::from_secs(2), call).await;
+            if let Ok(Ok(Err(status))) = call {
+                refused.push(status);
+            }
+        }
+        (refused, senders)
+    });
+    assert_eq!(refused.len(), 8 - PER_TENANT, "{refused:?}");
+    for status in &refused {
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        assert!(
+            status.message().contains("already has 2 uploads in flight"),
+            "{status:?}"
+        );
+    }
+    // The two in flight have their halves on disk, not in the host's memory
+    // (eight such grew it by 329 MiB).
+    wait_for("the halves staged", || {
+        let sizes = staged(&host);
+        sizes.len() == PER_TENANT && sizes.iter().all(|&s| s >= (SENT as u64) << 20)
+    });
+    let grown = corral.status_kib("VmRSS").saturating_sub(before);
+    eprintln!("the host grew by {grown} KiB with {PER_TENANT} half-sent uploads in flight");
+    assert!(
+        grown < (PER_TENANT as u64 * 4 + 8) << 10,
+        "the host grew by {grown} KiB"
+    );
+    // Abandoned: nothing stored, nothing left staged, the host serves on.
+    drop(senders);
+    drop(runtime);
+    wait_for("the staged halves removed", || staged(&host).is_empty());
+    let listed = host.alpha(&["ls", "--json"]);
+    assert!(!listed.to_string().contains("big"), "{listed}");
+    let deployed = host.alpha(&[
+        "deploy",
+        &example("progress").display().to_string(),
+        "--json",
+    ]);
+    assert_eq!(deployed["name"], "progress", "{deployed}");
+}
+
+#[test]
+fn labels_and_config_are_bounded_counted_and_never_the_hosts() {
+    let host = Host::new("");
+    let _corral = host.serve(["", ""]);
+    let progress = example("progress").display().to_string();
+    let refused = |extra: &[&str], says: &str| {
+        let mut args = vec!["deploy", progress.as_str()];
+        args.extend(extra);
+        let out = host.cli(&host.tokens[0].token, &args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", text(&out));
+        assert!(
+            text(&out).contains(says),
+            "{extra:?}: no `{says}` in {}",
+            text(&out)
+        );
+    };
+    let forged = format!("oci.manifest=sha256:{}", "f".repeat(64));
+    refused(
+        &["--label", &forged],
+        "labels under `oci.` and `corral.` are the host's",
+    );
+    refused(&["--label", "corral.trusted=yes"], "are the host's");
+    let labels: Vec<String> = (0..33).map(|i| format!("k{i}=v")).collect();
+    let mut many = Vec::new();
+    for label in &labels {
+        many.extend(["--label", label.as_str()]);
+    }
+    refused(&many, "labels: 33 given, at most 32");
+    let long = format!("big={}", "x".repeat(5000));
+    refused(
+        &["--config", &long],
+        "its value is 5000 bytes, at most 4096",
+    );
+    // Within the bounds: stored, with its labels.
+    let ok = format!("team={}", "t".repeat(1000));
+    let labelled = host.alpha(&["deploy", &progress, "--label", &ok, "--json"]);
+    assert_eq!(
+        labelled["labels"]["team"].as_str().map(str::len),
+        Some(1000)
+    );
+}
+
+#[test]
+fn bytes_labelled_as_the_hosts_pull_before_are_not_trusted_at_restart() {
+    // The registry holds `progress`; an operator pins it by digest.
+    let registry = Registry::start();
+    let reference = format!("oci://{}/acme/progress:1", registry.host());
+    let manifest = registry.push(&example("progress"), &reference);
+    let pinned = format!("oci://{}/acme/progress@{manifest}", registry.host());
+    // A data directory from before, where the tenant's upload of other
+    // bytes (the greeter) claimed to be that pull.
+    let host = Host::new(&format!("insecure_registries = [{:?}]", registry.host()));
+    let greeter = std::fs::read(example("greeter")).unwrap();
+    let digest = corral::control::catalog::digest_of(&greeter);
+    let hex = digest.trim_start_matches("sha256:");
+    std::fs::create_dir_all(host.data.path().join("components")).unwrap();
+    std::fs::write(
+        host.data.path().join(format!("components/{hex}.wasm")),
+        &greeter,
+    )
+    .unwrap();
+    let index = serde_json::json!({
+        "format": 1,
+        "tenants": {"alpha": {
+            "versions": [{
+                "name": "progress", "digest": digest, "size": greeter.len(),
+                "uploaded_at_ms": 0, "from_config": true,
+                "labels": {"oci.reference": pinned, "oci.manifest": manifest},
+            }],
+            "active": {"progress": digest},
+        }},
+    });
+    std::fs::write(host.data.path().join("index.json"), index.to_string()).unwrap();
+    // Alpha's configured component is the pinned reference (not the
+    // greeter every test tenant has).
+    let greeter_line = format!(
+        "components = [{:?}]",
+        example("greeter").display().to_string()
+    );
+    let config =
+        host.config(["", ""])
+            .replacen(&greeter_line, &format!("components = [{pinned:?}]"), 1);
+    let corral = common::processes::Corral::serve(&config);
+    // The host pulled the real bytes, and serves them.
+    corral.await_logged(&format!("pulled {pinned}"), 1);
+    assert!(
+        !corral.stderr().contains("stored before"),
+        "{}",
+        corral.stderr()
+    );
+    let out = host.cli(&host.tokens[0].token, &["ls", "--json"]);
+    let listed = json_of(&out);
+    let active: Vec<&serde_json::Value> = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["name"] == "progress" && v["active"] == true)
+        .collect();
+    assert_eq!(active.len(), 1, "{listed}");
+    assert_ne!(
+        active[0]["digest"],
+        digest.as_str(),
+        "the forged bytes serve: {listed}"
+    );
+    assert_eq!(
+        host.run(0, "demo:progress/api.count-to", &["2", "1"])["result"],
+        2
+    );
+}
