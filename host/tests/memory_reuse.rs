@@ -18,6 +18,8 @@
 
 use std::process::Command;
 
+mod common;
+
 use corral::sandbox::{Sandbox, SandboxConfig};
 use wasmtime::{Instance, Module, Store};
 
@@ -246,4 +248,41 @@ fn attack() {
         seen, 0,
         "the next instance read {seen} pages of the last one's memory"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_host_gives_the_pools_memory_back_and_serves_on() {
+    let host = common::host().build().unwrap();
+    let misbehave = common::load(&host, "misbehave");
+    let touch = || {
+        misbehave
+            .call("demo:misbehave/api.allocate")
+            .arg(serde_json::json!(8))
+            .run()
+    };
+    assert_eq!(touch().await.expect_ok(), &serde_json::json!(8));
+    // Not idle yet: a task started just now.
+    let sandbox = host.sandbox();
+    assert_eq!(
+        sandbox.release_idle_memory(std::time::Duration::from_secs(3600)),
+        None
+    );
+    // Idle: the slot's kept memory goes back.
+    let released = sandbox.release_idle_memory(std::time::Duration::ZERO);
+    assert!(released.is_some_and(|b| b > 0), "released {released:?}");
+    // The next task gets a slot as ever.
+    assert_eq!(touch().await.expect_ok(), &serde_json::json!(8));
+}
+
+#[test]
+fn corral_serve_releases_idle_pool_memory_after_its_idle_time() {
+    let host = common::admin::Host::new("idle_memory_release = \"1s\"");
+    let corral = host.serve(["", ""]);
+    let out = host.run(
+        0,
+        "demo:greeter/api.greet",
+        &[r#"{"name":"Ada","language":"english"}"#, r#""casual""#],
+    );
+    assert_eq!(out["result"]["message"], "Hi, Ada!", "{out}");
+    corral.await_logged("released the pool's resident memory", 1);
 }

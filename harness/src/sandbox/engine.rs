@@ -127,6 +127,8 @@ pub struct Sandbox {
     /// once, one memory image), so a thousand tenants of one component
     /// cost one component.
     pub(crate) loaded: std::sync::Mutex<LoadedByDigest>,
+    /// Tasks running, and releases of idle pool memory (see `idle`).
+    pub(crate) activity: super::idle::Activity,
 }
 
 pub(crate) type LoadedByDigest =
@@ -204,6 +206,7 @@ impl Sandbox {
             linker,
             config,
             loaded: Default::default(),
+            activity: Default::default(),
         }))
     }
 

@@ -155,6 +155,8 @@ impl Sandbox {
             Err(e) => return Err(Failure::new(FailureClass::Host, policy, e.to_string())),
         };
         let started = Instant::now();
+        // Counted in: idle pool memory is never released under a task.
+        let _running = self.activity.enter(started).await;
         let mut table = ResourceTable::new();
         table.set_max_capacity(limits.max_handles);
         let state = TaskState {

@@ -12,6 +12,7 @@ mod engine;
 mod execute;
 mod failure;
 mod http;
+mod idle;
 mod limits;
 mod observer;
 mod secrets;

@@ -72,6 +72,31 @@ pub async fn serve(args: Args) -> ExitCode {
     }
 }
 
+/// Hands the pool's resident memory back to the kernel once no task has
+/// started for `idle` (checked a few times per `idle`).
+async fn release_idle_memory(
+    sandbox: Arc<Sandbox>,
+    idle: std::time::Duration,
+    shutdown: CancellationToken,
+) {
+    let mut every = tokio::time::interval((idle / 4).max(std::time::Duration::from_millis(100)));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        if let Some(bytes) = sandbox.release_idle_memory(idle)
+            && bytes > 0
+        {
+            tracing::info!(
+                bytes,
+                "idle for {idle:?}: released the pool's resident memory"
+            );
+        }
+    }
+}
+
 /// A line about the host itself (`corral: ready`, …): plain text on stderr,
 /// or with `log_format = "json"` a log event like every other line, so a
 /// collector reading JSON lines reads them all.
@@ -182,6 +207,11 @@ pub async fn run(
             .start(shutdown.clone(), FIRST_FOLLOW_CHECKS)
             .await;
     }
+    tokio::spawn(release_idle_memory(
+        sandbox.clone(),
+        config.host.idle_memory_release,
+        shutdown.clone(),
+    ));
     let secrets: Vec<(String, Arc<Secrets>)> = config
         .tenants
         .iter()

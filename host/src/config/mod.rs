@@ -100,6 +100,9 @@ pub struct HostConfig {
     /// How long one pull (or a tag's resolution) may take, from first byte
     /// to last.
     pub registry_deadline: Duration,
+    /// How long without a task before the pool's resident memory is given
+    /// back to the kernel.
+    pub idle_memory_release: Duration,
     /// How often secrets are re-read from their sources (SIGHUP: at once).
     pub secret_refresh: Duration,
     /// Where spans are exported (none: nowhere).
@@ -129,6 +132,7 @@ impl Default for HostConfig {
             insecure_registries: Vec::new(),
             follow_interval: Duration::from_secs(30),
             registry_deadline: crate::oci::DEFAULT_DEADLINE,
+            idle_memory_release: Duration::from_secs(60),
             secret_refresh: Duration::from_secs(60),
             tracing: None,
             registry_credentials: BTreeMap::new(),
@@ -226,6 +230,7 @@ struct RawHost {
     insecure_registries: Vec<String>,
     follow_interval: Option<String>,
     registry_deadline: Option<String>,
+    idle_memory_release: Option<String>,
     secret_refresh: Option<String>,
     tracing: Option<RawTracing>,
     #[serde(default)]
@@ -367,6 +372,11 @@ impl Config {
                 raw.host.registry_deadline.as_deref(),
                 "5m",
                 "host.registry_deadline",
+            )?,
+            idle_memory_release: duration(
+                raw.host.idle_memory_release.as_deref(),
+                "60s",
+                "host.idle_memory_release",
             )?,
             registry_credentials: credentials(
                 &raw.host.registry_credentials,
