@@ -15,7 +15,7 @@ use super::http::HttpPolicy;
 use super::limits::Limiter;
 use super::observer::{LogLevel, TaskObserver};
 use super::secrets::Secrets;
-use super::stdio::{Capture, TaskLabels};
+use super::stdio::{Capture, MAX_LINE, TaskLabels};
 use super::watchdog::Watchdog;
 use crate::sync::lock;
 
@@ -185,27 +185,59 @@ impl context::Host for TaskState {
             activity_id,
         } = &*self.labels;
         macro_rules! emit {
-            ($lvl:ident) => {
-                tracing::$lvl!(target: "corral::guest", %tenant, %activity_type, %activity_id, "{}", crate::shown::Escaped(&message))
+            ($lvl:ident, $piece:expr) => {
+                tracing::$lvl!(target: "corral::guest", %tenant, %activity_type, %activity_id, "{}", crate::shown::Escaped($piece))
             };
         }
-        match level {
-            LogLevel::Trace => emit!(trace),
-            LogLevel::Debug => emit!(debug),
-            LogLevel::Info => emit!(info),
-            LogLevel::Warn => emit!(warn),
-            LogLevel::Error => emit!(error),
+        // Redacted whole (above), then split as output lines are: no host
+        // log line is longer than MAX_LINE of the guest's text.
+        for piece in pieces(&message, MAX_LINE) {
+            match level {
+                LogLevel::Trace => emit!(trace, piece),
+                LogLevel::Debug => emit!(debug, piece),
+                LogLevel::Info => emit!(info, piece),
+                LogLevel::Warn => emit!(warn, piece),
+                LogLevel::Error => emit!(error, piece),
+            }
         }
         self.observer.log(level, &message);
         Ok(())
     }
 }
 
+/// `text` in pieces of at most `max` bytes, cut at character boundaries
+/// (one empty piece for an empty text: an empty message is still a line).
+fn pieces(text: &str, max: usize) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        if text.len() <= max {
+            rest = None;
+            return Some(text);
+        }
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        rest = Some(&text[end..]);
+        Some(&text[..end])
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_long_log_message_is_written_in_pieces_at_character_boundaries() {
+        let text = format!("{}é{}", "a".repeat(5), "b".repeat(6));
+        let cut: Vec<&str> = pieces(&text, 6).collect();
+        assert_eq!(cut, ["aaaaa", "ébbbb", "bb"]);
+        assert_eq!(pieces("", 6).collect::<Vec<_>>(), [""]);
+        assert!(pieces(&"x".repeat(1 << 20), 4096).all(|p| p.len() <= 4096));
+    }
+
     use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-    use super::unix_ms;
+    use super::{pieces, unix_ms};
 
     #[test]
     fn unix_ms_is_the_wall_clock_time_of_an_instant_ahead_or_behind() {

@@ -9,14 +9,19 @@
 //! Whatever the guest hands back (log lines, output, heartbeats, failures)
 //! has every value corral ever loaded replaced by `[secret NAME]`, so a
 //! server that echoes a key cannot make the guest print it in clear. Each
-//! value is found as written, percent-encoded (upper- or lower-case hex,
-//! space as `%20` or `+`) and JSON-escaped; base64 and other encodings of
-//! it, or of a text around it, are not found. Output cut into pieces (long
-//! lines, the stderr tail a failure quotes) is redacted before it is cut,
-//! so a value spanning a cut is caught too.
+//! value is found however an encoder spelled each of its characters: as
+//! itself, percent-encoded (either hex case; a space also as `+`) or
+//! JSON-escaped (`\u0026`, `\/`, `\"`), in any mix, which covers what
+//! `encodeURIComponent`, Python's `quote`, Go's `PathEscape` and JSON
+//! encoders write. Base64, a double encoding, or an encoding of a text
+//! around it are not found. Output cut into pieces (long lines, the stderr
+//! tail a failure quotes) is redacted before it is cut, so a value spanning
+//! a cut is caught too.
 //!
 //! A secret's host written without a scheme is reached over HTTPS only: the
-//! value never leaves in clear text unless the rule says `http://`.
+//! value never leaves in clear text unless the rule says `http://`. A value
+//! goes in a URI only in its query (with `in_query`), percent-encoded, so it
+//! can never change where the request goes.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -148,28 +153,19 @@ struct Entry {
     values: RwLock<Arc<Values>>,
 }
 
-/// A secret's value, the values it had before a reload, and every spelling
-/// of them that redaction finds.
+/// A secret's value, and the values it had before a reload.
 struct Values {
     current: Arc<str>,
     old: Vec<Arc<str>>,
-    /// Longest first.
-    forms: Vec<String>,
 }
 
 impl Values {
     fn new(current: Arc<str>, old: Vec<Arc<str>>) -> Values {
-        let mut forms: Vec<String> = std::iter::once(&current)
-            .chain(&old)
-            .flat_map(|value| spellings(value))
-            .collect();
-        forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
-        forms.dedup();
-        Values {
-            current,
-            old,
-            forms,
-        }
+        Values { current, old }
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Arc<str>> {
+        std::iter::once(&self.current).chain(&self.old)
     }
 }
 
@@ -242,9 +238,13 @@ impl Secrets {
         let longest = self
             .entries
             .iter()
-            .filter_map(|e| read(&e.values).forms.first().map(String::len))
+            .flat_map(|e| {
+                let values = read(&e.values).clone();
+                values.all().map(|v| v.len()).max()
+            })
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .saturating_mul(LONGEST_SPELLING);
         self.hold
             .store(longest.saturating_sub(1), Ordering::Relaxed);
     }
@@ -327,10 +327,25 @@ impl Secrets {
                 })
             }
         };
-        // Checked in full before anything is changed.
-        let uri = request.uri().to_string();
+        // Checked in full before anything is changed. A value goes in the
+        // query only: a placeholder anywhere else in the URI (the
+        // authority, the path) would let the value decide where the request
+        // goes, and is refused whatever the secret allows.
+        let uri = request.uri().clone();
+        let query = uri.query().unwrap_or_default();
+        let before_query = uri.to_string();
+        let before_query = before_query
+            .strip_suffix(query)
+            .map_or(before_query.as_str(), |rest| rest.trim_end_matches('?'));
+        if let Some(entry) = self.present(before_query).first() {
+            return Err(Misplaced {
+                name: entry.spec.name.clone(),
+                destination,
+                in_uri: true,
+            });
+        }
         let mut uri_secrets = Vec::new();
-        for entry in self.present(&uri) {
+        for entry in self.present(query) {
             allowed(entry, true)?;
             uri_secrets.push(entry);
         }
@@ -368,11 +383,21 @@ impl Secrets {
             }
         }
         if !uri_secrets.is_empty() {
-            let mut text = uri;
+            let mut query = query.to_owned();
             for entry in uri_secrets {
-                text = text.replace(&entry.placeholder, &read(&entry.values).current);
+                let value = query_encoded(&read(&entry.values).current);
+                query = query.replace(&entry.placeholder, &value);
             }
-            if let Ok(uri) = text.parse() {
+            let mut parts = uri.into_parts();
+            let path = parts
+                .path_and_query
+                .as_ref()
+                .map_or("/", |p| p.path())
+                .to_owned();
+            // Encoded, the value is query text: the URI parses, and its
+            // scheme and authority are what was checked.
+            parts.path_and_query = format!("{path}?{query}").parse().ok();
+            if let Ok(uri) = hyper::http::Uri::from_parts(parts) {
                 *request.uri_mut() = uri;
             }
         }
@@ -403,9 +428,12 @@ impl Secrets {
         let mut text = Cow::Borrowed(text);
         for entry in &self.entries {
             let values = read(&entry.values).clone();
-            for form in &values.forms {
-                if text.contains(form.as_str()) {
-                    text = Cow::Owned(text.replace(form.as_str(), &entry.marker()));
+            for value in values.all() {
+                if let Some(redacted) =
+                    replace_spelled(text.as_bytes(), value.as_bytes(), &entry.marker())
+                {
+                    // Whole characters were replaced by ASCII: still UTF-8.
+                    text = Cow::Owned(String::from_utf8_lossy(&redacted).into_owned());
                 }
             }
         }
@@ -417,21 +445,10 @@ impl Secrets {
     pub(crate) fn redact_bytes(&self, bytes: &mut Vec<u8>) {
         for entry in &self.entries {
             let values = read(&entry.values).clone();
-            for form in &values.forms {
-                let form = form.as_bytes();
-                if find(bytes, form).is_none() {
-                    continue;
+            for value in values.all() {
+                if let Some(redacted) = replace_spelled(bytes, value.as_bytes(), &entry.marker()) {
+                    *bytes = redacted;
                 }
-                let marker = entry.marker();
-                let mut out = Vec::with_capacity(bytes.len());
-                let mut rest = &bytes[..];
-                while let Some(at) = find(rest, form) {
-                    out.extend_from_slice(&rest[..at]);
-                    out.extend_from_slice(marker.as_bytes());
-                    rest = &rest[at + form.len()..];
-                }
-                out.extend_from_slice(rest);
-                *bytes = out;
             }
         }
     }
@@ -477,39 +494,77 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// The spellings of `value` redaction finds: as written, percent-encoded
-/// (every byte outside RFC 3986's unreserved set; upper- and lower-case
-/// hex; a space as `%20` or `+`) and JSON-escaped.
-fn spellings(value: &str) -> Vec<String> {
-    let mut forms = vec![value.to_owned()];
-    let percent = |lower: bool, plus: bool| {
-        let mut out = String::with_capacity(value.len() * 3);
-        for b in value.bytes() {
-            match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                    out.push(char::from(b));
-                }
-                b' ' if plus => out.push('+'),
-                _ if lower => out.push_str(&format!("%{b:02x}")),
-                _ => out.push_str(&format!("%{b:02X}")),
-            }
-        }
-        out
+/// The most bytes one character of a value takes in any spelling
+/// redaction knows (`\u0026`).
+const LONGEST_SPELLING: usize = 6;
+
+/// The length of a spelling of `value` at the start of `text`: each byte
+/// of the value as itself, percent-encoded (`%XX`, either case), a space as
+/// `+`, or JSON-escaped (`\uXXXX`, or `\"`, `\\`, `\/`), in any mix.
+fn spelled_at(text: &[u8], value: &[u8]) -> Option<usize> {
+    let hex = |digits: &[u8]| {
+        std::str::from_utf8(digits)
+            .ok()
+            .and_then(|d| u32::from_str_radix(d, 16).ok())
     };
-    forms.extend([
-        percent(false, false),
-        percent(true, false),
-        percent(false, true),
-        percent(true, true),
-    ]);
-    if let Ok(json) = serde_json::to_string(value) {
-        forms.push(json[1..json.len() - 1].to_owned());
-        // `/` as `\/`, as some encoders write it.
-        forms.push(json[1..json.len() - 1].replace('/', "\\/"));
+    let mut at = 0;
+    for &b in value {
+        let rest = &text[at..];
+        // Escapes first: `\\` is a JSON-escaped backslash before it is a
+        // raw one.
+        at += match rest {
+            [b'%', h, l, ..] if hex(&[*h, *l]) == Some(u32::from(b)) => 3,
+            [b'\\', b'u', digits @ ..]
+                if digits.len() >= 4 && hex(&digits[..4]) == Some(u32::from(b)) =>
+            {
+                6
+            }
+            [b'\\', escaped, ..] if *escaped == b && matches!(b, b'"' | b'\\' | b'/') => 2,
+            [first, ..] if *first == b => 1,
+            [b'+', ..] if b == b' ' => 1,
+            _ => return None,
+        };
     }
-    forms.sort();
-    forms.dedup();
-    forms
+    Some(at)
+}
+
+/// `text` with every spelling of `value` replaced by `marker`; `None` when
+/// there is none (almost always: no copy is made).
+fn replace_spelled(text: &[u8], value: &[u8], marker: &str) -> Option<Vec<u8>> {
+    let &first = value.first()?;
+    let could_start = |b: u8| b == first || matches!(b, b'%' | b'\\' | b'+');
+    let mut out: Option<Vec<u8>> = None;
+    let (mut at, mut copied) = (0, 0);
+    while at < text.len() {
+        if could_start(text[at])
+            && let Some(len) = spelled_at(&text[at..], value)
+        {
+            let out = out.get_or_insert_with(|| Vec::with_capacity(text.len()));
+            out.extend_from_slice(&text[copied..at]);
+            out.extend_from_slice(marker.as_bytes());
+            at += len;
+            copied = at;
+        } else {
+            at += 1;
+        }
+    }
+    let mut out = out?;
+    out.extend_from_slice(&text[copied..]);
+    Some(out)
+}
+
+/// `value` percent-encoded for a URI's query: every byte outside RFC 3986's
+/// unreserved set, so it can end no component and start no other.
+fn query_encoded(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() * 3);
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn valid_name(name: &str) -> bool {
@@ -742,7 +797,56 @@ mod tests {
         assert!(!String::from_utf8_lossy(&bytes).contains("sk%2F"));
         assert!(String::from_utf8_lossy(&bytes).contains("[secret K]"));
         // What a cut must hold back: the longest spelling, less one byte.
-        assert_eq!(s.hold(), "sk%2Flive%20key%5Cx".len() - 1);
+        assert_eq!(s.hold(), 6 * "sk/live key\\x".len() - 1);
+    }
+
+    #[test]
+    fn a_value_is_redacted_however_an_encoder_spelled_each_character() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = secrets(&dir, &[("K", "sk!live&key/1 2", &["a.example"], false)]);
+        for spelled in [
+            // encodeURIComponent leaves `!` as it is.
+            "sk!live%26key%2F1%202",
+            // Go's encoding/json escapes `&`; `\/` as some encoders write.
+            "sk!live\\u0026key\\/1 2",
+            // Python's quote leaves `/`; lower-case hex; `+` for a space.
+            "sk%21live%26key/1+2",
+            "sk%21live%26key%2f1%202",
+        ] {
+            let text = format!("<{spelled}>");
+            assert_eq!(s.redact(&text), "<[secret K]>", "{spelled}");
+        }
+        // A text that only resembles it is left alone.
+        assert_eq!(s.redact("sk!live&key/1 3"), "sk!live&key/1 3");
+    }
+
+    #[test]
+    fn a_value_goes_in_a_query_only_encoded_never_where_it_could_move_the_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = secrets(
+            &dir,
+            &[(
+                "Q",
+                "127.0.0.3/Zq9SecretTail",
+                &["http://127.0.0.1:8081"],
+                true,
+            )],
+        );
+        // In the query, encoded: the request still goes where it was checked.
+        let mut query = request("http://127.0.0.1:8081/x?k=corral-secret:Q", "");
+        s.substitute(&mut query, "127.0.0.1", 8081).unwrap();
+        assert_eq!(query.uri().authority().unwrap().as_str(), "127.0.0.1:8081");
+        assert_eq!(query.uri().query(), Some("k=127.0.0.3%2FZq9SecretTail"));
+        // In the authority or the path: refused, whatever in_query says.
+        for uri in [
+            "http://corral-secret:Q@127.0.0.1:8081/x",
+            "http://127.0.0.1:8081/corral-secret:Q",
+        ] {
+            let mut r = request(uri, "");
+            let refused = s.substitute(&mut r, "127.0.0.1", 8081).unwrap_err();
+            assert!(refused.in_uri, "{uri}");
+            assert_eq!(r.uri().to_string(), uri);
+        }
     }
 
     #[test]

@@ -287,9 +287,11 @@ impl WasiHttpHooks for HttpPolicy {
         };
         self.requests_left = left;
         // Under the guest's span; the next hop's parent is this span.
+        // The method is the guest's text too.
+        let method = crate::shown::shown(&self.secrets.redact(request.method().as_str()), 32);
         let span = tracing::info_span!(
             "http",
-            method = %request.method(),
+            method = %method,
             url = %shown,
             status = tracing::field::Empty,
         );
