@@ -259,3 +259,39 @@ fn one_slow_registry_holds_up_no_other_tenants_roll_outs() {
         corral.stderr()
     );
 }
+
+#[test]
+fn the_hosts_own_registry_password_never_goes_to_a_tenants_registry() {
+    const PASSWORD: &str = "HostRegistryPassw0rd";
+    // The tenant's registry asks for credentials and records what comes.
+    let (registry, arrived) = recording_server(|_| {
+        let challenge = (
+            "www-authenticate".to_owned(),
+            r#"Basic realm="tenant""#.to_owned(),
+        );
+        (401, vec![challenge], String::new())
+    });
+    let tenant_registry = format!("127.0.0.1:{registry}");
+    let host = Host::new(&format!("insecure_registries = [{tenant_registry:?}]"));
+    let config = host.config([&format!("registries = [{tenant_registry:?}]"), ""]);
+    let _corral = common::processes::Corral::serve_with(
+        &[
+            ("CORRAL_REGISTRY_USERNAME", "hostbot"),
+            ("CORRAL_REGISTRY_PASSWORD", PASSWORD),
+        ],
+        &config,
+    );
+    let reference = format!("oci://{tenant_registry}/acme/x:1");
+    let out = host.cli(&host.tokens[0].token, &["deploy", &reference]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let mut asked = 0;
+    while let Ok((head, _)) = arrived.recv_timeout(Duration::from_millis(200)) {
+        asked += 1;
+        let authorization = head.header("authorization").unwrap_or_default();
+        assert!(
+            authorization.is_empty(),
+            "the tenant's registry got `{authorization}` (the host's own credential)"
+        );
+    }
+    assert!(asked > 0, "the registry was never asked");
+}

@@ -116,10 +116,10 @@ pub fn check(
             }
         }
     }
-    if let Some(key) = labels
-        .keys()
-        .find(|k| HOST_PREFIXES.iter().any(|p| k.starts_with(p)))
-    {
+    if let Some(key) = labels.keys().find(|k| {
+        let k = k.to_ascii_lowercase();
+        HOST_PREFIXES.iter().any(|p| k.starts_with(p))
+    }) {
         return Err(MetadataError::HostLabel(key.clone()));
     }
     let total = size(labels, aliases, config);
@@ -161,10 +161,15 @@ mod tests {
             check(&map(&[("oci.manifest", "sha256:forged")]), &none, &none),
             Err(MetadataError::HostLabel("oci.manifest".into()))
         );
-        assert!(matches!(
-            check(&map(&[("corral.x", "y")]), &none, &none),
-            Err(MetadataError::HostLabel(_))
-        ));
+        for host in ["corral.x", "OCI.reference", "Corral.trusted"] {
+            assert!(
+                matches!(
+                    check(&map(&[(host, "y")]), &none, &none),
+                    Err(MetadataError::HostLabel(_))
+                ),
+                "{host}"
+            );
+        }
         let many: BTreeMap<String, String> = (0..=MAX_LABELS)
             .map(|i| (format!("k{i}"), String::new()))
             .collect();

@@ -45,6 +45,7 @@ impl Catalog {
             )));
         }
         let registries = registries
+            .for_tenant()
             .with_credentials(&spec.credentials)
             .within(allowed);
         let pulled = oci::pull(&reference, &registries, self.staging())

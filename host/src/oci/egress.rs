@@ -51,20 +51,30 @@ type ProxyBody = BoxBody<Bytes, BoxError>;
 pub enum Destinations {
     /// Anywhere: a command-line pull of the user's own reference.
     Any,
-    /// Only these `host` or `host:port` (a host alone: any port).
-    Only(Vec<String>),
+    /// Only these `host:port`, or `host` on the scheme's own port (443, or
+    /// 80 in plain HTTP); plain HTTP only to the registries listed as
+    /// insecure. A rule naming a host so can reach no other port of it
+    /// (its metrics, its admin port) and never in clear text by a redirect.
+    Only {
+        hosts: Vec<String>,
+        insecure: Vec<String>,
+    },
 }
 
 impl Destinations {
-    fn allows(&self, host: &str, port: u16) -> bool {
-        match self {
-            Destinations::Any => true,
-            Destinations::Only(list) => list.iter().any(|allowed| {
+    fn allows(&self, host: &str, port: u16, https: bool) -> bool {
+        let Destinations::Only { hosts, insecure } = self else {
+            return true;
+        };
+        let host = host.to_ascii_lowercase();
+        let default = if https { 443 } else { 80 };
+        let named = |list: &[String]| {
+            list.iter().any(|allowed| {
                 let allowed = allowed.to_ascii_lowercase();
-                let host = host.to_ascii_lowercase();
-                allowed == host || allowed == format!("{host}:{port}")
-            }),
-        }
+                allowed == format!("{host}:{port}") || (port == default && allowed == host)
+            })
+        };
+        named(hosts) && (https || named(insecure))
     }
 }
 
@@ -234,7 +244,7 @@ async fn handle(
     }
     let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
     let host = authority.host();
-    if !shared.destinations.allows(host, port) {
+    if !shared.destinations.allows(host, port, https) {
         shared.refuse(shown(&format!("{host}:{port}"), MAX_SHOWN));
         return Ok(plain(StatusCode::FORBIDDEN));
     }
@@ -432,8 +442,12 @@ mod tests {
     #[tokio::test]
     async fn only_the_named_hosts_are_reached() {
         let port = server(b"manifest".to_vec()).await;
+        let allowed = vec![format!("127.0.0.1:{port}")];
         let egress = Egress::start(
-            Destinations::Only(vec![format!("127.0.0.1:{port}")]),
+            Destinations::Only {
+                hosts: allowed.clone(),
+                insecure: allowed,
+            },
             1 << 20,
         )
         .await
@@ -446,6 +460,26 @@ mod tests {
             egress.refused().as_deref(),
             Some(&*format!("localhost:{port}"))
         );
+    }
+
+    #[test]
+    fn a_host_named_alone_is_reached_on_its_schemes_port_and_in_clear_only_if_insecure() {
+        let only = Destinations::Only {
+            hosts: vec!["registry.example.com".into(), "10.0.0.5:5000".into()],
+            insecure: vec!["10.0.0.5:5000".into()],
+        };
+        assert!(only.allows("registry.example.com", 443, true));
+        assert!(only.allows("REGISTRY.example.com", 443, true));
+        assert!(
+            !only.allows("registry.example.com", 8443, true),
+            "another port"
+        );
+        assert!(!only.allows("registry.example.com", 80, false), "in clear");
+        assert!(only.allows("10.0.0.5", 5000, false));
+        assert!(only.allows("10.0.0.5", 5000, true));
+        assert!(!only.allows("10.0.0.5", 5001, false));
+        assert!(!only.allows("elsewhere.example.com", 443, true));
+        assert!(Destinations::Any.allows("anywhere", 1, false));
     }
 
     #[tokio::test]

@@ -64,8 +64,10 @@ impl Registries {
     /// its `rules` name.
     pub fn within(&self, rules: &[RepositoryPrefix]) -> Registries {
         let mut registries = self.clone();
-        registries.destinations =
-            Destinations::Only(rules.iter().map(|r| r.registry().to_owned()).collect());
+        registries.destinations = Destinations::Only {
+            hosts: rules.iter().map(|r| r.registry().to_owned()).collect(),
+            insecure: self.insecure.clone(),
+        };
         registries
     }
 
@@ -73,20 +75,33 @@ impl Registries {
     pub(super) fn destinations_for(&self, reference: &OciRef) -> Destinations {
         match &self.destinations {
             Destinations::Any => Destinations::Any,
-            Destinations::Only(hosts) => {
+            Destinations::Only { hosts, insecure } => {
                 let mut hosts = hosts.clone();
                 hosts.push(reference.registry().to_owned());
-                Destinations::Only(hosts)
+                Destinations::Only {
+                    hosts,
+                    insecure: insecure.clone(),
+                }
             }
         }
     }
 
-    /// These registries with `more` credentials, which win.
     pub fn with_credentials(&self, more: &BTreeMap<String, Credential>) -> Registries {
         let mut registries = self.clone();
         registries
             .credentials
             .extend(more.iter().map(|(k, v)| (k.clone(), v.clone())));
+        registries
+    }
+
+    /// These registries for a pull on a tenant's behalf: the host's
+    /// credential for any registry (`CORRAL_REGISTRY_USERNAME` and
+    /// `CORRAL_REGISTRY_PASSWORD`) is never sent, as the tenant's registry
+    /// would receive it; only credentials configured for the registry
+    /// itself are.
+    pub fn for_tenant(&self) -> Registries {
+        let mut registries = self.clone();
+        registries.auth = RegistryAuth::Anonymous;
         registries
     }
 
