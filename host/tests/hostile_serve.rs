@@ -291,21 +291,29 @@ fn closed_by_peer(stream: &mut TcpStream) -> bool {
 }
 
 #[test]
-fn metrics_connections_are_capped_and_silent_ones_cost_no_descriptors() {
+fn metrics_connections_are_capped_and_clients_holding_them_cannot_keep_a_scraper_out() {
     let host = Host::new("");
     let corral = host.serve(["", ""]);
     let before = corral.open_fds();
     let address = ("127.0.0.1", host.metrics);
-    // Sixteen silent connections take every slot ...
-    let held: Vec<TcpStream> = (0..16)
+    // Sixteen connections take every slot, each asking for a page now and
+    // then to stay open ...
+    let mut held: Vec<TcpStream> = (0..16)
         .map(|_| TcpStream::connect(address).unwrap())
         .collect();
-    // ... so each one after them is closed as it arrives.
-    for _ in 0..50 {
-        let mut extra = TcpStream::connect(address).unwrap();
+    for conn in &mut held {
+        let _ = conn.write_all(b"GET /x HTTP/1.1\r\nHost: corral\r\n\r\n");
+    }
+    // ... and fifty more arrive: the cap holds, each new one closing the
+    // oldest.
+    let mut extra: Vec<TcpStream> = (0..50)
+        .map(|_| TcpStream::connect(address).unwrap())
+        .collect();
+    // Every one but the newest sixteen is closed to make room.
+    for (i, old) in extra.iter_mut().take(50 - 16).enumerate() {
         assert!(
-            closed_by_peer(&mut extra),
-            "a connection over the cap stayed open"
+            closed_by_peer(old),
+            "old connection {i} stayed open past the cap"
         );
     }
     let during = corral.open_fds();
@@ -314,9 +322,9 @@ fn metrics_connections_are_capped_and_silent_ones_cost_no_descriptors() {
         during <= before + 16 + 4,
         "{before} descriptors before, {during} with 66 connections"
     );
-    drop(held);
-    // Freed, the slots serve scrapes again.
+    // A scraper gets through all the same.
     assert!(scrape(host.metrics).contains("corral_tasks_in_flight"));
+    drop((held, extra));
 }
 
 #[test]

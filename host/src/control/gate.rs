@@ -12,7 +12,9 @@
 //! - they have slots of their own, and when those are full a new one takes
 //!   the slot of the oldest: a flood of strangers can delay an operator's
 //!   connection by at most one handshake, never shut it out;
-//! - a connection that authenticates moves to the authenticated slots.
+//! - a connection that authenticates moves to the authenticated slots,
+//!   where each tenant may hold only its share and a few are kept for the
+//!   operator: a tenant's token cannot fill them either.
 
 use std::collections::VecDeque;
 use std::io;
@@ -49,22 +51,104 @@ pub struct GateLimits {
     pub strangers: Option<Strangers>,
 }
 
-/// Connections that have made no authenticated call yet.
+/// Connections that have made no authenticated call yet, and how the
+/// authenticated slots are shared.
 #[derive(Debug, Clone, Copy)]
 pub struct Strangers {
     /// Open at once; a new one closes the oldest.
     pub slots: usize,
     /// Closed if no call on it has authenticated by then.
     pub deadline: Duration,
+    /// Authenticated connections one tenant may hold.
+    pub per_tenant: usize,
+    /// Authenticated slots only the operator may take.
+    pub operator_reserve: usize,
+}
+
+/// Who a connection's calls authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    Operator,
+    Tenant(String),
 }
 
 /// One connection's standing, shared with the calls made on it.
 #[derive(Debug, Default)]
 struct Standing {
     authenticated: AtomicBool,
+    caller: Mutex<Option<Caller>>,
     evicted: AtomicBool,
     /// The reader to wake when the connection is evicted.
     waker: Mutex<Option<Waker>>,
+}
+
+/// The authenticated slots: shared by tenants (each up to its share), and
+/// a reserve for the operator.
+struct Shares {
+    shared: Arc<Semaphore>,
+    reserve: Arc<Semaphore>,
+    held: Mutex<std::collections::HashMap<String, usize>>,
+    per_tenant: usize,
+}
+
+/// An authenticated connection's slot; gives its tenant's share back when
+/// dropped.
+struct Share {
+    _permit: OwnedSemaphorePermit,
+    tenant: Option<(Arc<Shares>, String)>,
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        if let Some((shares, tenant)) = &self.tenant {
+            let mut held = lock(&shares.held);
+            if let Some(n) = held.get_mut(tenant) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    held.remove(tenant);
+                }
+            }
+        }
+    }
+}
+
+impl Shares {
+    /// A slot for `caller`, or why not.
+    fn take(self: &Arc<Self>, caller: &Caller) -> Result<Share, String> {
+        match caller {
+            Caller::Operator => {
+                let permit = self
+                    .shared
+                    .clone()
+                    .try_acquire_owned()
+                    .or_else(|_| self.reserve.clone().try_acquire_owned())
+                    .map_err(|_| "every authenticated slot is taken".to_owned())?;
+                Ok(Share {
+                    _permit: permit,
+                    tenant: None,
+                })
+            }
+            Caller::Tenant(name) => {
+                let mut held = lock(&self.held);
+                let n = held.entry(name.clone()).or_insert(0);
+                if *n >= self.per_tenant {
+                    return Err(format!(
+                        "tenant `{name}` already holds its {} admin connections",
+                        self.per_tenant
+                    ));
+                }
+                let permit =
+                    self.shared.clone().try_acquire_owned().map_err(|_| {
+                        "every authenticated slot tenants may take is taken".to_owned()
+                    })?;
+                *n += 1;
+                Ok(Share {
+                    _permit: permit,
+                    tenant: Some((self.clone(), name.clone())),
+                })
+            }
+        }
+    }
 }
 
 impl Standing {
@@ -85,8 +169,10 @@ pub struct ConnectionInfo {
 }
 
 impl ConnectionInfo {
-    /// A call on this connection authenticated: it is no stranger now.
-    pub fn authenticated(&self) {
+    /// A call on this connection authenticated as `caller`: it is no
+    /// stranger now (the first caller is the one it counts for).
+    pub fn authenticated(&self, caller: Caller) {
+        lock(&self.standing.caller).get_or_insert(caller);
         self.standing.authenticated.store(true, Ordering::Release);
     }
 }
@@ -95,6 +181,8 @@ impl ConnectionInfo {
 pub struct Gate {
     listener: TcpListener,
     slots: Arc<Semaphore>,
+    /// Authenticated slots, where the listener authenticates.
+    shares: Option<Arc<Shares>>,
     /// Strangers, oldest first.
     strangers: Arc<Mutex<VecDeque<Arc<Standing>>>>,
     limits: GateLimits,
@@ -104,9 +192,19 @@ pub struct Gate {
 
 impl Gate {
     pub fn new(listener: TcpListener, limits: GateLimits, name: &'static str) -> Self {
+        let shares = limits.strangers.map(|s| {
+            let reserve = s.operator_reserve.min(limits.connections);
+            Arc::new(Shares {
+                shared: Arc::new(Semaphore::new(limits.connections - reserve)),
+                reserve: Arc::new(Semaphore::new(reserve)),
+                held: Mutex::default(),
+                per_tenant: s.per_tenant,
+            })
+        });
         Gate {
             listener,
             slots: Arc::new(Semaphore::new(limits.connections)),
+            shares,
             strangers: Arc::default(),
             limits,
             name,
@@ -122,8 +220,8 @@ impl Gate {
             match self.listener.accept().await {
                 Ok((stream, peer)) => {
                     backoff.reset();
-                    if let Some(strangers) = self.limits.strangers {
-                        return self.admit_stranger(stream, strangers);
+                    if let (Some(strangers), Some(shares)) = (self.limits.strangers, &self.shares) {
+                        return self.admit_stranger(stream, strangers, shares.clone());
                     }
                     match self.slots.clone().try_acquire_owned() {
                         Ok(permit) => {
@@ -151,7 +249,12 @@ impl Gate {
         }
     }
 
-    fn admit_stranger(&self, stream: TcpStream, strangers: Strangers) -> Guarded {
+    fn admit_stranger(
+        &self,
+        stream: TcpStream,
+        strangers: Strangers,
+        shares: Arc<Shares>,
+    ) -> Guarded {
         let standing = Arc::new(Standing::default());
         let mut queue = lock(&self.strangers);
         queue.retain(|s| {
@@ -168,9 +271,8 @@ impl Gate {
             standing,
             deadline: Box::pin(tokio::time::sleep(strangers.deadline)),
             within: strangers.deadline,
-            slots: self.slots.clone(),
+            shares,
             queue: self.strangers.clone(),
-            connections: self.limits.connections,
         };
         Guarded::new(stream, Slot::Pending, self.limits.idle, Some(stranger))
     }
@@ -187,6 +289,10 @@ enum Slot {
     Held {
         _permit: OwnedSemaphorePermit,
     },
+    /// An authenticated connection's, in its caller's share.
+    Shared {
+        _share: Share,
+    },
 }
 
 /// What a connection that has not authenticated yet carries.
@@ -194,9 +300,8 @@ struct Stranger {
     standing: Arc<Standing>,
     deadline: Pin<Box<Sleep>>,
     within: Duration,
-    slots: Arc<Semaphore>,
+    shares: Arc<Shares>,
     queue: Arc<Mutex<VecDeque<Arc<Standing>>>>,
-    connections: usize,
 }
 
 /// An admitted connection: holds its slot until dropped, and fails its
@@ -241,17 +346,13 @@ impl Guarded {
             ));
         }
         if standing.authenticated.load(Ordering::Acquire) {
-            let Ok(permit) = stranger.slots.clone().try_acquire_owned() else {
-                return Err(io::Error::new(
-                    io::ErrorKind::ConnectionRefused,
-                    format!(
-                        "{} authenticated connections are already open",
-                        stranger.connections
-                    ),
-                ));
-            };
+            let caller = lock(&standing.caller).clone().unwrap_or(Caller::Operator);
+            let share = stranger
+                .shares
+                .take(&caller)
+                .map_err(|why| io::Error::new(io::ErrorKind::ConnectionRefused, why))?;
             lock(&stranger.queue).retain(|s| !Arc::ptr_eq(s, standing));
-            self.slot = Slot::Held { _permit: permit };
+            self.slot = Slot::Shared { _share: share };
             self.stranger = None;
             return Ok(());
         }
@@ -398,7 +499,12 @@ mod tests {
         GateLimits {
             connections: 2,
             idle: Duration::from_secs(60),
-            strangers: Some(Strangers { slots, deadline }),
+            strangers: Some(Strangers {
+                slots,
+                deadline,
+                per_tenant: 1,
+                operator_reserve: 1,
+            }),
         }
     }
 
@@ -410,7 +516,9 @@ mod tests {
         let _b = TcpStream::connect(address).await.unwrap();
         let mut second = gate.accept().await;
         // The second authenticates: it leaves the strangers' slots.
-        second.connect_info().authenticated();
+        second
+            .connect_info()
+            .authenticated(Caller::Tenant("a".into()));
         let mut buf = [0u8; 8];
         let pending = tokio::time::timeout(Duration::from_millis(50), second.read(&mut buf)).await;
         assert!(pending.is_err(), "an authenticated connection reads on");
@@ -455,5 +563,29 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert!(started.elapsed() < Duration::from_secs(2));
         talk.abort();
+    }
+
+    #[test]
+    fn a_tenant_holds_only_its_share_and_the_operator_keeps_a_reserve() {
+        let shares = Arc::new(Shares {
+            shared: Arc::new(Semaphore::new(3)),
+            reserve: Arc::new(Semaphore::new(1)),
+            held: Mutex::default(),
+            per_tenant: 2,
+        });
+        let a = Caller::Tenant("a".into());
+        let held: Vec<Share> = (0..2).map(|_| shares.take(&a).unwrap()).collect();
+        let refused = shares.take(&a).err().unwrap();
+        assert!(refused.contains("already holds its 2"), "{refused}");
+        // Another tenant takes the last shared slot; then none is left for
+        // tenants, but the operator still gets in.
+        let b = shares.take(&Caller::Tenant("b".into())).unwrap();
+        assert!(shares.take(&Caller::Tenant("c".into())).is_err());
+        let operator = shares.take(&Caller::Operator).unwrap();
+        assert!(shares.take(&Caller::Operator).is_err());
+        // A share given back is the tenant's again.
+        drop(held);
+        assert!(shares.take(&a).is_ok());
+        drop((b, operator));
     }
 }

@@ -16,9 +16,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 
 use super::api::AdminService;
+use super::auth::Principal;
 use super::auth::bearer_sha256;
 use super::follow::Follower;
-use super::gate::{ConnectionInfo, Gate, GateLimits, Strangers};
+use super::gate::{Caller, ConnectionInfo, Gate, GateLimits, Strangers};
 use super::proto::admin_server::AdminServer;
 use crate::metrics::{Gauges, Metrics};
 use crate::session::Permits;
@@ -42,6 +43,10 @@ const ADMIN_GATE: GateLimits = GateLimits {
     strangers: Some(Strangers {
         slots: 32,
         deadline: Duration::from_secs(10),
+        // A tenant's own token cannot fill the slots either: 8 each, and 8
+        // kept for the operator.
+        per_tenant: 8,
+        operator_reserve: 8,
     }),
 };
 /// Concurrent calls on one HTTP/2 connection.
@@ -58,7 +63,16 @@ const MAX_HEADERS: u32 = 16 << 10;
 const METRICS_GATE: GateLimits = GateLimits {
     connections: 16,
     idle: Duration::from_secs(10),
-    strangers: None,
+    // Nobody authenticates a connection here (a token, when required, is
+    // checked per request): every connection is a stranger, lives at most
+    // 10 s, and a new one closes the oldest, so clients that keep
+    // connections open cannot keep a scraper out.
+    strangers: Some(Strangers {
+        slots: 16,
+        deadline: Duration::from_secs(10),
+        per_tenant: 0,
+        operator_reserve: 0,
+    }),
 };
 const METRICS_HEADER_READ: Duration = Duration::from_secs(5);
 
@@ -106,7 +120,10 @@ pub async fn admin(
             let principal = auth.principal(request.metadata())?;
             // The connection is no stranger now (see `gate`).
             if let Some(connection) = request.extensions().get::<ConnectionInfo>() {
-                connection.authenticated();
+                connection.authenticated(match &principal {
+                    Principal::Operator => Caller::Operator,
+                    Principal::Tenant(name) => Caller::Tenant(name.clone()),
+                });
             }
             request.extensions_mut().insert(principal);
             Ok(request)
@@ -194,8 +211,10 @@ pub async fn metrics(
             );
             tokio::spawn(async move {
                 let io = hyper_util::rt::TokioIo::new(stream);
+                // One request per connection: a scrape needs no more.
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
+                    .keep_alive(false)
                     .header_read_timeout(METRICS_HEADER_READ)
                     .max_buf_size(64 << 10)
                     .serve_connection(io, service)
