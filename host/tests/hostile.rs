@@ -219,12 +219,13 @@ fn one_host_call_cannot_make_the_host_build_unbounded_random_bytes() {
 
 /// Each host function a guest can call against its contract, the words the
 /// host refuses it with.
-const MISUSES: [(&str, &str); 5] = [
+const MISUSES: [(&str, &str); 6] = [
     ("random", "exceeds limit 1048576"),
     ("insecure-random", "exceeds limit 1048576"),
     ("poll-empty", "empty poll list"),
     ("bad-handle", "unknown handle index"),
     ("write-over-permit", "write exceeded budget"),
+    ("blocking-write-over-4096", "4096"),
 ];
 
 #[test]

@@ -110,6 +110,10 @@ impl Guest for Hostile {
                 std::mem::forget(stream);
             }
             "write-over-permit" => return write_over_permit(&dir),
+            "blocking-write-over-4096" => {
+                let out = wasip2::cli::stdout::get_stdout();
+                let _ = out.blocking_write_and_flush(&[b'x'; 8192]);
+            }
             other => return format!("unknown misuse `{other}`"),
         }
         format!("the host let `{how}` pass")
