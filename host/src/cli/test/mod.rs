@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use corral::testing::TestHost;
 
-use super::{RegistryArgs, read_component, usage_error};
+use super::{CacheArgs, RegistryArgs, read_component, usage_error};
 use spec::Spec;
 
 #[derive(clap::Args)]
@@ -34,6 +34,8 @@ pub struct Args {
     component: Option<String>,
     #[command(flatten)]
     registry: RegistryArgs,
+    #[command(flatten)]
+    cache: CacheArgs,
 }
 
 /// How one case ended.
@@ -67,7 +69,14 @@ pub async fn test(args: Args) -> ExitCode {
         .unwrap_or_else(|| 2 * std::thread::available_parallelism().map_or(1, usize::from));
     let mut results = Vec::with_capacity(files.len());
     for path in files {
-        let result = run_file(&path, jobs, args.component.as_deref(), &args.registry).await;
+        let result = run_file(
+            &path,
+            jobs,
+            args.component.as_deref(),
+            &args.registry,
+            &args.cache,
+        )
+        .await;
         print_file(&result);
         results.push(result);
     }
@@ -101,6 +110,7 @@ async fn run_file(
     jobs: usize,
     component: Option<&str>,
     registry: &RegistryArgs,
+    cache: &CacheArgs,
 ) -> FileResult {
     let failed = |error: String| FileResult {
         path: path.to_owned(),
@@ -111,11 +121,15 @@ async fn run_file(
         Ok(spec) => spec,
         Err(e) => return failed(e.to_string()),
     };
-    let host = match TestHost::builder()
+    // Compiled once per component digest (and engine), as `serve` and `run`
+    // do: re-running the tests of an unchanged component compiles nothing.
+    let mut builder = TestHost::builder()
         .policy(spec.tenant.clone())
-        .max_concurrent(jobs)
-        .build()
-    {
+        .max_concurrent(jobs);
+    if let Some(dir) = cache.sandbox_config().cache_dir {
+        builder = builder.cache_dir(dir);
+    }
+    let host = match builder.build() {
         Ok(host) => host,
         Err(e) => return failed(format!("`{}`: {e:#}", path.display())),
     };
