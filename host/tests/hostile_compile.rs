@@ -53,13 +53,13 @@ fn a_compile_over_its_memory_is_refused_by_name_and_costs_the_host_nothing() {
         said.contains("compile_memory = 128 MiB"),
         "the refusal names the limit: {said}"
     );
-    // The upload itself is held (18 MB, in chunks and whole); compiled in
-    // the host, it would have taken 380 MiB more.
+    // The upload (18 MB) is staged on disk as it arrives and the worker
+    // reads it from there: the host holds a message at a time (this bound
+    // was 150 MiB while uploads were held whole). Compiled in the host, it
+    // would have taken 380 MiB more.
     let grew = corral.status_kib("VmHWM").saturating_sub(before);
-    assert!(
-        grew < 150 << 10,
-        "the host's peak memory grew by {grew} KiB"
-    );
+    eprintln!("the host's peak memory grew by {grew} KiB");
+    assert!(grew < 32 << 10, "the host's peak memory grew by {grew} KiB");
     serves_on(&host);
 }
 
