@@ -175,6 +175,7 @@ fn every_byte_comes_from_a_host_a_rule_names_and_a_registry_cannot_flood_the_hos
     // untouched (it was +110 MiB for this one).
     deploy("huge", "the registry sent more than the pull allows");
     let grown = rss().saturating_sub(before);
+    eprintln!("a 64 MiB manifest grew the host by {grown} KiB");
     assert!(grown < 24 << 10, "the host grew by {grown} KiB");
 
     // Twenty thousand layers, an error page of escapes: bounded and
@@ -188,7 +189,9 @@ fn every_byte_comes_from_a_host_a_rule_names_and_a_registry_cannot_flood_the_hos
     assert!(!said.contains("\nFAKE"), "{said}");
 
     // A byte a second: the pull's deadline ends it.
+    let started = Instant::now();
     deploy("slow", "did not finish within 4s");
+    eprintln!("a registry dripping a byte a second was cut off after {:?}", started.elapsed());
 
     let log = corral.stderr();
     assert!(

@@ -36,8 +36,11 @@ pub struct SandboxConfig {
     /// Native stack available to a guest before it traps with a stack
     /// overflow.
     pub max_wasm_stack: usize,
-    /// Bytes of a freed linear memory kept resident for the next instance
-    /// (cheaper than faulting pages back in).
+    /// Bytes at the start of a freed linear memory (and table) kept
+    /// resident and reset in place for the next instance; the rest is
+    /// decommitted. Every task pays a memset of this much, so it is small:
+    /// 64 KiB was as fast as 0 or 256 KiB for every guest language and
+    /// faster than 1 MiB (`host/benches/README.md`, "wasmtime 50").
     pub memory_keep_resident: usize,
     /// What one component may contain; a component needing more is refused
     /// at load.
@@ -79,7 +82,7 @@ impl Default for SandboxConfig {
             yield_every_fuel: 10_000_000,
             cache_dir: None,
             max_wasm_stack: 1 << 20,
-            memory_keep_resident: 1 << 20,
+            memory_keep_resident: 64 << 10,
             per_component: PerComponent::default(),
             compile: None,
         }
@@ -166,10 +169,16 @@ impl Sandbox {
             .max_core_instance_size(1 << 20)
             .linear_memory_keep_resident(config.memory_keep_resident)
             .table_keep_resident(config.memory_keep_resident)
-            // Reset only the pages a guest dirtied (Linux 6.7+), so keeping
-            // them resident costs no blanket memset and saves the page
-            // faults of re-touching them in the next task.
-            .pagemap_scan(Enabled::Auto);
+            // Off. wasmtime 48's scan reset only the pages a guest dirtied,
+            // but skipped dirtied pages that were swapped out (the next
+            // instance read them back). wasmtime 50 finds those too, by no
+            // longer asking for present pages, and so reports every page
+            // of the memory: its "scan" resets the whole kept-resident
+            // budget, as the plain reset does, after a syscall over the
+            // whole memory. Without it, the pool memsets
+            // `memory_keep_resident` and decommits the rest
+            // (`host/benches/README.md`, "wasmtime 50").
+            .pagemap_scan(Enabled::No);
 
         let mut wasm = wasm_config(config.max_wasm_stack);
         wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
