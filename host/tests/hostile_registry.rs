@@ -191,7 +191,10 @@ fn every_byte_comes_from_a_host_a_rule_names_and_a_registry_cannot_flood_the_hos
     // A byte a second: the pull's deadline ends it.
     let started = Instant::now();
     deploy("slow", "did not finish within 4s");
-    eprintln!("a registry dripping a byte a second was cut off after {:?}", started.elapsed());
+    eprintln!(
+        "a registry dripping a byte a second was cut off after {:?}",
+        started.elapsed()
+    );
 
     let log = corral.stderr();
     assert!(
