@@ -42,8 +42,9 @@ stop() {
   rm -f "$log"
 }
 trap stop EXIT
-# corral dev prints a ready-to-paste command per activity type once it serves.
-until grep -q '^temporal activity execute' "$log"; do
+# corral dev prints a ready-to-paste command per activity type as each
+# component is served: wait for the greeter's.
+until grep -q '^temporal activity execute .*--type .demo:greeter/api.greet. ' "$log"; do
   if ! kill -0 "$dev" 2>/dev/null; then
     cat "$log"
     echo "corral dev stopped before it served" >&2

@@ -109,12 +109,13 @@ pub fn announce(json: bool, message: std::fmt::Arguments<'_>) {
 }
 
 /// Opens the store, loads every tenant's components, connects their
-/// workers, starts the admin API and metrics endpoints, calls `ready` and
-/// serves until `shutdown` fires and everything accepted is reported.
+/// workers, starts the admin API and metrics endpoints, calls `ready` (which
+/// may add components through the catalog while the host serves) and serves
+/// until `shutdown` fires and everything accepted is reported.
 pub async fn run(
     config: Config,
     shutdown: CancellationToken,
-    ready: impl FnOnce(&Registry),
+    ready: impl FnOnce(&Arc<Catalog>),
 ) -> anyhow::Result<()> {
     let json = config.host.log_json;
     let (store, index) = match &config.host.data_dir {
@@ -163,6 +164,7 @@ pub async fn run(
         store,
         index,
         specs,
+        config.host.max_compiles,
     )
     .await?;
     // Configured oci:// components: plain HTTP only for the listed
@@ -271,12 +273,16 @@ pub async fn run(
                 .await?,
             ),
         };
+        let types = registry.activity_types(name);
         announce(
             json,
             format_args!(
                 "tenant `{name}` serves {}: {}",
                 t.engine.describe(),
-                registry.activity_types(name).join(", ")
+                match types.is_empty() {
+                    true => "no activity types yet".to_owned(),
+                    false => types.join(", "),
+                }
             ),
         );
         connectors.push(connector);
@@ -339,7 +345,7 @@ pub async fn run(
         announce(json, format_args!("metrics on http://{bound}/metrics"));
         listeners.push(handle);
     }
-    ready(&registry);
+    ready(&catalog);
     announce(
         json,
         format_args!(

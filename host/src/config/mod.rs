@@ -53,7 +53,7 @@ mod values;
 
 pub use source::ComponentSource;
 use source::{RawCredential, credentials, follows};
-use values::{RawTracing, address, bytes, duration, positive, size, token_hash, tracing};
+use values::{RawTracing, address, at_most, bytes, duration, positive, size, token_hash, tracing};
 
 use crate::oci::{Credential, RepositoryPrefix};
 use crate::telemetry::TracingConfig;
@@ -63,6 +63,11 @@ use engine::RawAion;
 pub use engine::{AionBinding, Compression, Engine, TemporalBinding};
 
 use crate::sandbox::{FailureClass, Limits, RetryPolicy, Tenant};
+
+/// Components compiling at once by default: serving goes on beside them.
+pub const DEFAULT_MAX_COMPILES: usize = 1;
+/// The most `host.max_compiles` may be.
+pub const MAX_COMPILES: usize = 64;
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -93,6 +98,9 @@ pub struct HostConfig {
     pub compile_timeout: Duration,
     /// Writable memory of the process one component compiles in.
     pub compile_memory: u64,
+    /// Components compiling at once, host-wide (each in its own worker
+    /// process, taking a core and up to `compile_memory`).
+    pub max_compiles: usize,
     /// Registries reached in plain HTTP (only these).
     pub insecure_registries: Vec<String>,
     /// How often followed tags are resolved (plus up to a fifth, at random).
@@ -129,6 +137,7 @@ impl Default for HostConfig {
             max_upload: 64 << 20,
             compile_timeout: Duration::from_secs(120),
             compile_memory: 2 << 30,
+            max_compiles: DEFAULT_MAX_COMPILES,
             insecure_registries: Vec::new(),
             follow_interval: Duration::from_secs(30),
             registry_deadline: crate::oci::DEFAULT_DEADLINE,
@@ -226,6 +235,7 @@ struct RawHost {
     max_upload: Option<String>,
     compile_timeout: Option<String>,
     compile_memory: Option<String>,
+    max_compiles: Option<i64>,
     #[serde(default)]
     insecure_registries: Vec<String>,
     follow_interval: Option<String>,
@@ -355,6 +365,15 @@ impl Config {
                 raw.host.compile_memory.as_deref(),
                 "2GiB",
                 "host.compile_memory",
+            )?,
+            max_compiles: at_most(
+                positive(
+                    raw.host.max_compiles,
+                    DEFAULT_MAX_COMPILES as i64,
+                    "host.max_compiles",
+                )?,
+                MAX_COMPILES,
+                "host.max_compiles",
             )?,
             insecure_registries: raw.host.insecure_registries,
             tracing: raw.host.tracing.map(tracing).transpose()?,

@@ -199,6 +199,22 @@ fn errors_name_the_key() {
     assert!(
         error("[host]\nmax_concurrent = 0\n").contains("host.max_concurrent: must be at least 1")
     );
+    assert!(error("[host]\nmax_compiles = 0\n").contains("host.max_compiles: must be at least 1"));
+    let many = error(&GOOD.replace("max_concurrent = 8", "max_compiles = 65"));
+    assert!(
+        many.contains("host.max_compiles: must be at most 64, got 65"),
+        "{many}"
+    );
+    assert_eq!(
+        Config::parse(
+            &GOOD.replace("max_concurrent = 8", "max_compiles = 4"),
+            Path::new(".")
+        )
+        .unwrap()
+        .host
+        .max_compiles,
+        4
+    );
     assert!(error("").contains("no [[tenant]]"));
     assert!(
         error(&GOOD.replace("max_concurrent = 8", "admin_listen = \"127.0.0.1:7466\""))

@@ -44,6 +44,14 @@ pub(super) fn positive(value: Option<i64>, default: i64, key: &str) -> Result<us
     usize::try_from(v).map_err(|_| invalid(key, format!("{v} is too large")))
 }
 
+/// `value`, unless it is above `max`.
+pub(super) fn at_most(value: usize, max: usize, key: &str) -> Result<usize, ConfigError> {
+    if value > max {
+        return Err(invalid(key, format!("must be at most {max}, got {value}")));
+    }
+    Ok(value)
+}
+
 pub(super) fn duration(
     value: Option<&str>,
     default: &str,

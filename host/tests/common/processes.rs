@@ -284,7 +284,9 @@ impl Corral {
         Corral::start_with(None, env, &args, dir)
     }
 
-    fn start_with(
+    /// Runs `corral <args>` in `cwd` with `env` set, until it says it is
+    /// ready.
+    pub fn start_with(
         cwd: Option<&Path>,
         env: &[(&str, &str)],
         args: &[String],

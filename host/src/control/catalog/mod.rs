@@ -102,13 +102,10 @@ pub struct Catalog {
     tenants: BTreeMap<String, TenantSpec>,
     /// One change at a time; held across validation and the disk write.
     state: tokio::sync::Mutex<State>,
-    /// Compiles at once: each takes a core and memory in proportion to the
-    /// component, and serving goes on beside them.
+    /// Compiles at once (`host.max_compiles`): each takes a core and memory
+    /// in proportion to the component, and serving goes on beside them.
     compiles: tokio::sync::Semaphore,
 }
-
-/// How many components compile at once, host-wide.
-const MAX_COMPILES: usize = 1;
 
 impl Catalog {
     /// Loads every tenant's active versions from the store; [`Catalog::seed`]
@@ -122,6 +119,7 @@ impl Catalog {
         store: Store,
         index: Index,
         tenants: Vec<TenantSpec>,
+        max_compiles: usize,
     ) -> Result<Catalog, CatalogError> {
         let tenants: BTreeMap<String, TenantSpec> = tenants
             .into_iter()
@@ -148,7 +146,7 @@ impl Catalog {
                 index,
                 loaded: HashMap::new(),
             }),
-            compiles: tokio::sync::Semaphore::new(MAX_COMPILES),
+            compiles: tokio::sync::Semaphore::new(max_compiles.max(1)),
         };
         {
             let mut state = catalog.state.lock().await;
