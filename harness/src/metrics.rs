@@ -7,6 +7,8 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::session::cpu::CpuUse;
+
 /// Upper bounds (seconds) of the duration histograms' buckets.
 const BUCKETS: [f64; 12] = [
     0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0,
@@ -47,6 +49,18 @@ struct Inner {
     uploads: BTreeMap<(String, &'static str), u64>,
     activations: BTreeMap<String, u64>,
     loads: BTreeMap<&'static str, u64>,
+    /// Tenant → activity type → (CPU, waited for CPU).
+    cpu: BTreeMap<String, BTreeMap<String, (Duration, Duration)>>,
+    /// Tenant → time its cap held a runnable task back.
+    throttled: BTreeMap<String, Duration>,
+}
+
+/// A tenant's CPU: see [`Metrics::cpu`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantCpu {
+    pub used: Duration,
+    pub waited: Duration,
+    pub throttled: Duration,
 }
 
 /// Gauges the caller knows and the registry does not (permits).
@@ -83,6 +97,39 @@ impl Metrics {
         let outcomes = entry(entry(&mut inner.outcomes, tenant), activity_type);
         *entry(outcomes, outcome) += 1;
         entry(entry(&mut inner.durations, tenant), activity_type).observe(took.as_secs_f64());
+    }
+
+    /// The CPU one task's execution used, and how long it was runnable
+    /// but waited for a core.
+    pub fn cpu_used(&self, tenant: &str, activity_type: &str, used: CpuUse) {
+        let mut inner = self.lock();
+        let (cpu, waited) = entry(entry(&mut inner.cpu, tenant), activity_type);
+        *cpu += used.cpu;
+        *waited += used.waited;
+    }
+
+    /// A tenant's CPU so far: used and waited for by its finished tasks,
+    /// and held back by its cap.
+    pub fn cpu(&self, tenant: &str) -> TenantCpu {
+        let inner = self.lock();
+        let (used, waited) = inner
+            .cpu
+            .get(tenant)
+            .into_iter()
+            .flat_map(BTreeMap::values)
+            .fold((Duration::ZERO, Duration::ZERO), |(u, w), (cpu, waited)| {
+                (u + *cpu, w + *waited)
+            });
+        TenantCpu {
+            used,
+            waited,
+            throttled: inner.throttled.get(tenant).copied().unwrap_or_default(),
+        }
+    }
+
+    /// A tenant's cap held a runnable task back for `took`.
+    pub fn cpu_throttled(&self, tenant: &str, took: Duration) {
+        *entry(&mut self.lock().throttled, tenant) += took;
     }
 
     /// How long creating a task's store and instance took.
@@ -263,6 +310,50 @@ impl Metrics {
         }
         header(
             &mut out,
+            "corral_tenant_cpu_seconds_total",
+            "counter",
+            "CPU time of finished tasks' execution (guest and host work for it).",
+        );
+        for (tenant, ty, (cpu, _)) in flatten(&inner.cpu) {
+            let _ = writeln!(
+                out,
+                "corral_tenant_cpu_seconds_total{{tenant=\"{}\",activity_type=\"{}\"}} {}",
+                escape(tenant),
+                escape(ty),
+                cpu.as_secs_f64()
+            );
+        }
+        header(
+            &mut out,
+            "corral_tenant_cpu_wait_seconds_total",
+            "counter",
+            "Time finished tasks were runnable but waited for a core (or their tenant's cap).",
+        );
+        for (tenant, ty, (_, waited)) in flatten(&inner.cpu) {
+            let _ = writeln!(
+                out,
+                "corral_tenant_cpu_wait_seconds_total{{tenant=\"{}\",activity_type=\"{}\"}} {}",
+                escape(tenant),
+                escape(ty),
+                waited.as_secs_f64()
+            );
+        }
+        header(
+            &mut out,
+            "corral_tenant_cpu_throttled_seconds_total",
+            "counter",
+            "Time a tenant's cpu_max held its runnable tasks back.",
+        );
+        for (tenant, took) in &inner.throttled {
+            let _ = writeln!(
+                out,
+                "corral_tenant_cpu_throttled_seconds_total{{tenant=\"{}\"}} {}",
+                escape(tenant),
+                took.as_secs_f64()
+            );
+        }
+        header(
+            &mut out,
             "corral_component_loads_total",
             "counter",
             "Components made ready, compiled or read precompiled.",
@@ -334,6 +425,37 @@ mod tests {
             "corral_permits_limit{scope=\"tenant\",tenant=\"a\"} 4",
             "corral_permits_in_use{scope=\"type\",tenant=\"a\",activity_type=\"Greet\"} 1",
             "corral_permits_limit{scope=\"type\",tenant=\"a\",activity_type=\"Greet\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn cpu_is_counted_per_tenant_and_type_and_rendered_escaped() {
+        let m = Metrics::default();
+        let used = |ms| CpuUse {
+            cpu: Duration::from_millis(ms),
+            waited: Duration::from_millis(ms / 2),
+        };
+        m.cpu_used("a", "x", used(40));
+        m.cpu_used("a", "x", used(20));
+        m.cpu_used("a", "w\"\n", used(100));
+        m.cpu_throttled("a", Duration::from_millis(250));
+        assert_eq!(
+            m.cpu("a"),
+            TenantCpu {
+                used: Duration::from_millis(160),
+                waited: Duration::from_millis(80),
+                throttled: Duration::from_millis(250),
+            }
+        );
+        assert_eq!(m.cpu("b"), TenantCpu::default());
+        let text = m.render(&Gauges::default());
+        for line in [
+            "corral_tenant_cpu_seconds_total{tenant=\"a\",activity_type=\"x\"} 0.06",
+            "corral_tenant_cpu_wait_seconds_total{tenant=\"a\",activity_type=\"x\"} 0.03",
+            "corral_tenant_cpu_seconds_total{tenant=\"a\",activity_type=\"w\\\"\\n\"} 0.1",
+            "corral_tenant_cpu_throttled_seconds_total{tenant=\"a\"} 0.25",
         ] {
             assert!(text.lines().any(|l| l == line), "{line}\n{text}");
         }

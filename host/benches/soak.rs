@@ -1,7 +1,8 @@
 //! The soak benchmark (not a test): 10,000 Temporal activities through one
 //! `corral serve`, from three tenants on one dev server
 //! (`cargo bench -p corral --bench soak`; needs the `temporal` CLI and
-//! `examples/build.sh`). `CORRAL_SOAK_TOTAL` scales the run.
+//! `examples/build.sh`). `CORRAL_SOAK_TOTAL` scales the run;
+//! `CORRAL_BENCH_BIN` runs another corral build (an older commit) instead.
 //!
 //! Tenants `good-a` (echo) and `good-b` (greeter) behave; tenant `evil`
 //! runs a mix of hostile guests (spinning and host-call loops past their
@@ -289,8 +290,11 @@ async fn soak() -> Result<()> {
     let client = Arc::new(connect(&address).await?);
     let config_path = dir.join("corral.toml");
     std::fs::write(&config_path, config(&address, &dist, &hostile))?;
+    // CORRAL_BENCH_BIN: another build (an older commit) under the same load.
+    let binary = std::env::var_os("CORRAL_BENCH_BIN")
+        .unwrap_or_else(|| std::ffi::OsString::from(env!("CARGO_BIN_EXE_corral")));
     let corral = Process(
-        Command::new(env!("CARGO_BIN_EXE_corral"))
+        Command::new(binary)
             .args(["serve", "--config", &config_path.display().to_string()])
             .env("CORRAL_LOG", "warn")
             .stderr(Stdio::null())

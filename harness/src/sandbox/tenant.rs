@@ -22,6 +22,8 @@ use super::stdio::GuestOutput;
 pub struct Tenant {
     pub name: String,
     pub limits: Limits,
+    /// Its share of the host's cores, and its cap.
+    pub cpu: crate::session::cpu::CpuShare,
     pub capabilities: Capabilities,
     pub retry: RetryPolicy,
 }

@@ -2,6 +2,7 @@
 //! liveness, cancellation and shutdown, written against the [`Connector`]
 //! trait so pull engines (Temporal) and push engines (Aion) share it.
 
+pub mod cpu;
 mod liveness;
 mod permits;
 mod registry;
@@ -186,6 +187,8 @@ pub struct Session {
     pub metrics: Arc<Metrics>,
     /// Host slots: a task executes only while it holds one.
     pub permits: Permits,
+    /// The cores, shared between tenants while their tasks execute.
+    pub cpu: Arc<cpu::CpuScheduler>,
     in_flight: Mutex<HashMap<TaskKey, InFlight>>,
 }
 
@@ -199,6 +202,7 @@ impl Session {
         Arc::new(Session {
             sandbox,
             registry,
+            cpu: cpu::CpuScheduler::new(cpu::host_slots(), metrics.clone()),
             metrics,
             permits,
             in_flight: Mutex::new(HashMap::new()),

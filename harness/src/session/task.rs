@@ -150,9 +150,17 @@ async fn execute(
     }
     .instrument(waiting)
     .await;
-    let outcome = session
-        .sandbox
-        .execute(&route.component, &route.tenant, task)
+    // Executed only while it holds one of the host's cores: see `cpu`.
+    let (outcome, _) = session
+        .cpu
+        .run(
+            route.tenant.label.clone(),
+            route.activity.clone(),
+            route.tenant.cpu,
+            session
+                .sandbox
+                .execute(&route.component, &route.tenant, task),
+        )
         .await;
     (outcome, route.activity)
 }

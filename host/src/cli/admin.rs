@@ -387,6 +387,11 @@ pub async fn status(args: ConnOnly) -> ExitCode {
                     "max_concurrent": t.max_concurrent,
                     "in_use": t.in_use,
                     "in_flight": t.in_flight,
+                    "cpu_weight": t.cpu_weight,
+                    "cpu_max": t.cpu_max,
+                    "cpu_seconds": t.cpu_seconds,
+                    "cpu_wait_seconds": t.cpu_wait_seconds,
+                    "cpu_throttled_seconds": t.cpu_throttled_seconds,
                     "outcomes": t.outcomes.iter().collect::<std::collections::BTreeMap<_, _>>(),
                     "activity_types": t.activity_types,
                     "active": t.active.iter().collect::<std::collections::BTreeMap<_, _>>(),
@@ -427,6 +432,18 @@ pub async fn status(args: ConnOnly) -> ExitCode {
             }
         );
         println!("  serves: {}", t.activity_types.join(", "));
+        println!(
+            "  cpu: weight {}{}; used {:.3}s, waited {:.3}s for a core, throttled {:.3}s",
+            t.cpu_weight,
+            if t.cpu_max > 0.0 {
+                format!(", at most {} cores", t.cpu_max)
+            } else {
+                String::new()
+            },
+            t.cpu_seconds,
+            t.cpu_wait_seconds,
+            t.cpu_throttled_seconds
+        );
         let active: std::collections::BTreeMap<_, _> = t.active.iter().collect();
         for (deployment, digest) in active {
             println!("  {deployment}: active {digest}");

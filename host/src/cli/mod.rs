@@ -249,7 +249,11 @@ pub fn main() -> ExitCode {
         Command::Dev(_) => init_tracing(SERVER_LOG, false),
         _ => init_tracing(CLI_LOG, false),
     }
+    // Guests run on at most one thread per core (`session::cpu`); the one
+    // more is always free for the host's own work.
+    let slots = corral::session::cpu::host_slots();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(corral::session::cpu::runtime_threads(slots))
         .enable_all()
         .build()
     {

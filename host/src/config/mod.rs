@@ -63,6 +63,7 @@ use engine::RawAion;
 pub use engine::{AionBinding, Compression, Engine, TemporalBinding};
 
 use crate::sandbox::{FailureClass, Limits, RetryPolicy, Tenant};
+use crate::session::cpu::{CpuMax, CpuShare, CpuWeight};
 
 /// Components compiling at once by default: serving goes on beside them.
 pub const DEFAULT_MAX_COMPILES: usize = 1;
@@ -286,6 +287,10 @@ struct RawTenant {
     aliases: BTreeMap<String, String>,
     #[serde(default)]
     retry: BTreeMap<String, bool>,
+    /// Its share of the cores when tenants compete, against the others'.
+    cpu_weight: Option<i64>,
+    /// At most this many cores, whatever is idle.
+    cpu_max: Option<f64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -563,6 +568,19 @@ impl Config {
                     &key,
                 )?,
                 retry,
+                cpu: CpuShare {
+                    weight: t
+                        .cpu_weight
+                        .map(CpuWeight::new)
+                        .transpose()
+                        .map_err(|e| invalid(key("cpu_weight"), e))?
+                        .unwrap_or_default(),
+                    max: t
+                        .cpu_max
+                        .map(CpuMax::from_cores)
+                        .transpose()
+                        .map_err(|e| invalid(key("cpu_max"), e))?,
+                },
             };
             tenant
                 .capabilities

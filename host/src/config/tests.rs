@@ -215,6 +215,46 @@ fn errors_name_the_key() {
         .max_compiles,
         4
     );
+    for (setting, problem) in [
+        (
+            "cpu_weight = 0",
+            "cpu_weight: must be a whole number from 1 to 10000, got 0",
+        ),
+        (
+            "cpu_weight = 10001",
+            "cpu_weight: must be a whole number from 1 to 10000, got 10001",
+        ),
+        (
+            "cpu_max = 0",
+            "cpu_max: must be from 0.01 to 1024 cores, got 0",
+        ),
+        (
+            "cpu_max = -1.5",
+            "cpu_max: must be from 0.01 to 1024 cores, got -1.5",
+        ),
+        (
+            "cpu_max = \"half\"",
+            "invalid type: string \"half\", expected f64",
+        ),
+    ] {
+        let said = error(&GOOD.replace("name = \"acme\"", &format!("name = \"acme\"\n{setting}")));
+        assert!(said.contains(problem), "{setting}: {said}");
+    }
+    let cpu = |extra: &str| {
+        Config::parse(
+            &GOOD.replace("name = \"acme\"", &format!("name = \"acme\"\n{extra}")),
+            Path::new("."),
+        )
+        .unwrap()
+        .tenants[0]
+            .tenant
+            .cpu
+    };
+    assert_eq!(cpu(""), CpuShare::default());
+    let set = cpu("cpu_weight = 300\ncpu_max = 1");
+    assert_eq!(set.weight.get(), 300);
+    assert_eq!(set.max.map(CpuMax::millicores), Some(1000));
+    assert_eq!(cpu("cpu_max = 0.25").max.map(CpuMax::millicores), Some(250));
     assert!(error("").contains("no [[tenant]]"));
     assert!(
         error(&GOOD.replace("max_concurrent = 8", "admin_listen = \"127.0.0.1:7466\""))

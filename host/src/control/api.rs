@@ -420,8 +420,19 @@ impl Admin for AdminService {
             .zip(active)
             .map(|(name, active)| {
                 let usage = self.session.permits.tenant_usage(&name);
+                let share = self
+                    .catalog
+                    .spec(&name)
+                    .map(|spec| spec.tenant.cpu)
+                    .unwrap_or_default();
+                let cpu = metrics.cpu(&name);
                 proto::TenantStatus {
                     active,
+                    cpu_weight: share.weight.get(),
+                    cpu_max: share.max.map_or(0.0, |max| max.cores()),
+                    cpu_seconds: cpu.used.as_secs_f64(),
+                    cpu_wait_seconds: cpu.waited.as_secs_f64(),
+                    cpu_throttled_seconds: cpu.throttled.as_secs_f64(),
                     max_concurrent: usage.map_or(0, |u| saturate(u.limit)),
                     in_use: usage.map_or(0, |u| saturate(u.in_use)),
                     in_flight: u32::try_from(metrics.in_flight(&name)).unwrap_or(u32::MAX),

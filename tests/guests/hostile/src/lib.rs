@@ -78,6 +78,18 @@ impl Guest for Hostile {
         }
     }
 
+    fn burn(rounds: u64) -> u64 {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for i in 0..rounds {
+            // xorshift: the compiler cannot fold it away.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x = black_box(x.wrapping_add(i));
+        }
+        x
+    }
+
     fn big_list(n: u32) -> Vec<u32> {
         (0..n).collect()
     }

@@ -1,0 +1,408 @@
+//! The scheduler's decisions, apart from threads and clocks: which waiting
+//! task runs next. Every call carries the time it happens at and the CPU
+//! time a slice used, so the tests drive it with a fake clock.
+//!
+//! Tenants first, then their tasks: of the tenants with a task waiting,
+//! the one that has used least CPU for its weight (its virtual runtime)
+//! goes next, and its oldest waiting task runs. A tenant that wakes up
+//! starts at the virtual runtime of the tenant chosen last, so the time it
+//! slept is not owed to it. A tenant with a cap that has used its cap's
+//! worth of the current window waits for the next window.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::policy::{CpuShare, CpuWeight};
+
+/// The window a cap holds over (as cgroups' default `cpu.max` period).
+pub const CAP_WINDOW: Duration = Duration::from_millis(100);
+
+/// What one grant, release or timer changed.
+#[derive(Debug)]
+pub(crate) struct Dispatch<W> {
+    /// Waiters that now hold a slot.
+    pub granted: Vec<W>,
+    /// When a capped tenant's next window opens, if one is waiting for it.
+    pub retry_at: Option<Instant>,
+    /// Tenants whose cap held a task back, and for how long.
+    pub throttled: Vec<(Arc<str>, Duration)>,
+}
+
+impl<W> Default for Dispatch<W> {
+    fn default() -> Self {
+        Dispatch {
+            granted: Vec::new(),
+            retry_at: None,
+            throttled: Vec::new(),
+        }
+    }
+}
+
+struct Account<W> {
+    share: CpuShare,
+    /// CPU used, in nanoseconds, times the default weight over its own.
+    vruntime: u128,
+    waiting: VecDeque<W>,
+    running: usize,
+    /// Start of the cap's current window, and CPU used in it.
+    window: (Instant, Duration),
+    /// Since when its cap has held a waiting task back.
+    throttled_since: Option<Instant>,
+}
+
+impl<W> Account<W> {
+    /// Until when its cap holds it back, if it does now.
+    fn capped_until(&mut self, now: Instant) -> Option<Instant> {
+        let max = self.share.max?;
+        let (start, used) = self.window;
+        if now >= start + CAP_WINDOW {
+            self.window = (now, Duration::ZERO);
+            return None;
+        }
+        let budget = CAP_WINDOW * max.millicores() / 1000;
+        (used >= budget).then_some(start + CAP_WINDOW)
+    }
+
+    fn charge(&mut self, used: Duration, now: Instant) {
+        let weighted = used.as_nanos() * u128::from(CpuWeight::DEFAULT.get())
+            / u128::from(self.share.weight.get());
+        self.vruntime += weighted;
+        if now >= self.window.0 + CAP_WINDOW {
+            self.window = (now, Duration::ZERO);
+        }
+        self.window.1 += used;
+    }
+}
+
+/// The host's cores, shared between tenants by weight.
+pub(crate) struct Fair<W> {
+    /// Tasks that may run at once: the cores given to guests.
+    slots: usize,
+    running: usize,
+    tenants: HashMap<Arc<str>, Account<W>>,
+    /// The virtual runtime of the tenant chosen last.
+    floor: u128,
+}
+
+impl<W: PartialEq> Fair<W> {
+    pub fn new(slots: usize) -> Self {
+        Fair {
+            slots: slots.max(1),
+            running: 0,
+            tenants: HashMap::new(),
+            floor: 0,
+        }
+    }
+
+    /// `waiter` of `tenant` wants a slot.
+    pub fn request(
+        &mut self,
+        tenant: &Arc<str>,
+        share: CpuShare,
+        waiter: W,
+        now: Instant,
+    ) -> Dispatch<W> {
+        let floor = self.floor;
+        let account = self
+            .tenants
+            .entry(tenant.clone())
+            .or_insert_with(|| Account {
+                share,
+                vruntime: floor,
+                waiting: VecDeque::new(),
+                running: 0,
+                window: (now, Duration::ZERO),
+                throttled_since: None,
+            });
+        // A reloaded policy applies from the next slice.
+        account.share = share;
+        if account.waiting.is_empty() && account.running == 0 {
+            // Waking up: no credit for the time it slept.
+            account.vruntime = account.vruntime.max(floor);
+        }
+        account.waiting.push_back(waiter);
+        self.dispatch(now)
+    }
+
+    /// A slot of `tenant`'s is free again after a slice that used `used`.
+    /// A task that yielded to run on is `again`: in line behind its
+    /// tenant's other waiting tasks before the slot is given to anyone, so
+    /// that a tenant's one busy task competes for it as a waiting one would.
+    pub fn release(
+        &mut self,
+        tenant: &str,
+        used: Duration,
+        again: Option<W>,
+        now: Instant,
+    ) -> Dispatch<W> {
+        if let Some(account) = self.tenants.get_mut(tenant) {
+            account.running = account.running.saturating_sub(1);
+            account.charge(used, now);
+            account.waiting.extend(again);
+        }
+        self.running = self.running.saturating_sub(1);
+        self.dispatch(now)
+    }
+
+    /// Takes `waiter` out of the queue; false if it was not waiting (it was
+    /// granted a slot, which the caller must then release).
+    pub fn cancel(&mut self, tenant: &str, waiter: &W) -> bool {
+        let Some(account) = self.tenants.get_mut(tenant) else {
+            return false;
+        };
+        match account.waiting.iter().position(|w| w == waiter) {
+            Some(at) => {
+                account.waiting.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Grants free slots to the tenants most owed CPU.
+    pub fn dispatch(&mut self, now: Instant) -> Dispatch<W> {
+        let mut out = Dispatch::default();
+        while self.running < self.slots {
+            let mut next: Option<(u128, &Arc<str>)> = None;
+            for (name, account) in self.tenants.iter_mut() {
+                if account.waiting.is_empty() {
+                    continue;
+                }
+                if let Some(until) = account.capped_until(now) {
+                    account.throttled_since.get_or_insert(now);
+                    out.retry_at = Some(out.retry_at.map_or(until, |at| at.min(until)));
+                    continue;
+                }
+                if let Some(since) = account.throttled_since.take() {
+                    out.throttled
+                        .push((name.clone(), now.saturating_duration_since(since)));
+                }
+                // Ties go by name: the same inputs, the same order.
+                if next.is_none_or(|(v, n)| (account.vruntime, name) < (v, n)) {
+                    next = Some((account.vruntime, name));
+                }
+            }
+            let Some((vruntime, name)) = next else {
+                break;
+            };
+            let name = name.clone();
+            let Some(account) = self.tenants.get_mut(&name) else {
+                break;
+            };
+            let Some(waiter) = account.waiting.pop_front() else {
+                break;
+            };
+            account.running += 1;
+            self.running += 1;
+            self.floor = self.floor.max(vruntime);
+            out.granted.push(waiter);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::policy::CpuMax;
+    use super::*;
+
+    const SLICE: Duration = Duration::from_millis(1);
+
+    fn share(weight: i64, max: Option<f64>) -> CpuShare {
+        CpuShare {
+            weight: CpuWeight::new(weight).unwrap(),
+            max: max.map(|cores| CpuMax::from_cores(cores).unwrap()),
+        }
+    }
+
+    /// Runs every tenant's tasks (each always wants more CPU) on `slots`
+    /// for `slices` rounds of one slice each, with a fake clock; returns
+    /// the CPU each tenant got.
+    fn busy(
+        slots: usize,
+        tenants: &[(&str, usize, CpuShare)],
+        slices: usize,
+    ) -> BTreeMap<String, Duration> {
+        let mut fair = Fair::new(slots);
+        let mut now = Instant::now();
+        let mut running: Vec<(Arc<str>, u32)> = Vec::new();
+        let mut next_id = 0u32;
+        let names: HashMap<u32, (Arc<str>, CpuShare)> = tenants
+            .iter()
+            .flat_map(|(name, tasks, share)| {
+                let name: Arc<str> = Arc::from(*name);
+                (0..*tasks).map(move |_| (name.clone(), *share))
+            })
+            .map(|t| {
+                next_id += 1;
+                (next_id, t)
+            })
+            .collect();
+        let mut ids: Vec<&u32> = names.keys().collect();
+        ids.sort();
+        for id in ids {
+            let (name, share) = &names[id];
+            let d = fair.request(name, *share, *id, now);
+            running.extend(d.granted.into_iter().map(|w| (names[&w].0.clone(), w)));
+        }
+        let mut got: BTreeMap<String, Duration> = BTreeMap::new();
+        for _ in 0..slices {
+            now += SLICE;
+            // Every running task ends its slice and yields to run on.
+            for (name, id) in std::mem::take(&mut running) {
+                *got.entry(name.to_string()).or_default() += SLICE;
+                let d = fair.release(&name, SLICE, Some(id), now);
+                running.extend(d.granted.into_iter().map(|w| (names[&w].0.clone(), w)));
+            }
+            // Windows that opened.
+            let d = fair.dispatch(now);
+            running.extend(d.granted.into_iter().map(|w| (names[&w].0.clone(), w)));
+        }
+        got
+    }
+
+    fn share_of(got: &BTreeMap<String, Duration>, tenant: &str) -> f64 {
+        let total: Duration = got.values().sum();
+        got.get(tenant).copied().unwrap_or_default().as_secs_f64() / total.as_secs_f64()
+    }
+
+    #[test]
+    fn a_tenant_with_one_task_gets_its_share_beside_one_with_a_hundred() {
+        // One slot: half each, however many tasks the other has.
+        let got = busy(
+            1,
+            &[
+                ("light", 1, share(100, None)),
+                ("busy", 100, share(100, None)),
+            ],
+            2_000,
+        );
+        assert!((share_of(&got, "light") - 0.5).abs() < 0.01, "{got:?}");
+        // Two slots: light can use one core at most, and gets it.
+        let got = busy(
+            2,
+            &[
+                ("light", 1, share(100, None)),
+                ("busy", 100, share(100, None)),
+            ],
+            2_000,
+        );
+        assert!((share_of(&got, "light") - 0.5).abs() < 0.01, "{got:?}");
+    }
+
+    #[test]
+    fn shares_follow_weights_when_all_are_busy() {
+        let got = busy(
+            2,
+            &[
+                ("a", 8, share(100, None)),
+                ("b", 8, share(200, None)),
+                ("c", 8, share(100, None)),
+            ],
+            4_000,
+        );
+        for (tenant, expected) in [("a", 0.25), ("b", 0.5), ("c", 0.25)] {
+            let share = share_of(&got, tenant);
+            assert!(
+                (share - expected).abs() < expected * 0.02,
+                "{tenant}: {share} against {expected}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_cap_holds_over_each_window_and_leaves_the_rest_to_others() {
+        // A capped tenant alone on two cores gets its cap, not the cores.
+        let got = busy(2, &[("capped", 8, share(100, Some(0.5)))], 1_000);
+        let used = got["capped"].as_secs_f64();
+        // 1,000 slices of 1 ms on 2 cores is 1 s of wall clock: 0.5 s at most
+        // (plus one slice per core of overshoot per window).
+        assert!((0.45..=0.52).contains(&used), "{got:?}");
+        // Beside an uncapped tenant: the rest goes to it.
+        let got = busy(
+            2,
+            &[
+                ("capped", 8, share(100, Some(0.5))),
+                ("free", 8, share(100, None)),
+            ],
+            1_000,
+        );
+        assert!(got["capped"].as_secs_f64() <= 0.52, "{got:?}");
+        assert!(got["free"].as_secs_f64() >= 1.45, "{got:?}");
+    }
+
+    #[test]
+    fn a_tenant_that_slept_is_not_owed_the_time_it_slept() {
+        let mut fair = Fair::new(1);
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let mut now = Instant::now();
+        // `a` runs alone for a second.
+        assert_eq!(fair.request(&a, share(100, None), 1, now).granted, vec![1]);
+        for _ in 0..1000 {
+            now += SLICE;
+            assert_eq!(fair.release(&a, SLICE, Some(1), now).granted, vec![1]);
+        }
+        // `b` wakes: they alternate from here; `b` does not get a second
+        // of the core to itself.
+        let d = fair.request(&b, share(100, None), 2, now);
+        assert!(d.granted.is_empty());
+        let mut order = Vec::new();
+        let mut holder = 1;
+        for _ in 0..6 {
+            now += SLICE;
+            let name = if holder == 1 { &a } else { &b };
+            holder = fair.release(name, SLICE, Some(holder), now).granted[0];
+            order.push(holder);
+        }
+        assert_eq!(order, vec![2, 1, 2, 1, 2, 1], "{order:?}");
+    }
+
+    #[test]
+    fn a_waiter_that_leaves_gives_its_place_or_its_slot_back() {
+        let mut fair = Fair::new(1);
+        let t: Arc<str> = Arc::from("t");
+        let now = Instant::now();
+        assert_eq!(fair.request(&t, share(100, None), 1, now).granted, vec![1]);
+        assert!(
+            fair.request(&t, share(100, None), 2, now)
+                .granted
+                .is_empty()
+        );
+        assert!(
+            fair.request(&t, share(100, None), 3, now)
+                .granted
+                .is_empty()
+        );
+        // 2 leaves the queue; 1's slot then goes to 3.
+        assert!(fair.cancel("t", &2));
+        assert_eq!(fair.release("t", SLICE, None, now).granted, vec![3]);
+        // 3 was granted: cancelling finds nothing waiting, the caller
+        // releases, and the slot is free for the next.
+        assert!(!fair.cancel("t", &3));
+        fair.release("t", Duration::ZERO, None, now);
+        assert_eq!(fair.request(&t, share(100, None), 4, now).granted, vec![4]);
+    }
+
+    #[test]
+    fn a_throttled_tenant_is_told_when_its_window_opens_and_counted() {
+        let mut fair = Fair::new(2);
+        let t: Arc<str> = Arc::from("t");
+        let start = Instant::now();
+        // A cap of 0.1 core: 10 ms per 100 ms window.
+        let capped = share(100, Some(0.1));
+        assert_eq!(fair.request(&t, capped, 1, start).granted, vec![1]);
+        let now = start + Duration::from_millis(10);
+        let d = fair.release("t", Duration::from_millis(10), Some(1), now);
+        assert!(d.granted.is_empty());
+        assert_eq!(d.retry_at, Some(start + CAP_WINDOW));
+        let d = fair.dispatch(start + CAP_WINDOW);
+        assert_eq!(d.granted, vec![1]);
+        assert_eq!(
+            d.throttled,
+            vec![(t.clone(), CAP_WINDOW - Duration::from_millis(10))]
+        );
+    }
+}
