@@ -312,7 +312,7 @@ impl Metrics {
             &mut out,
             "corral_tenant_cpu_seconds_total",
             "counter",
-            "CPU time of finished tasks' execution (guest and host work for it).",
+            "CPU time of tasks' execution (the guest and the host's work for it), counted as it goes.",
         );
         for (tenant, ty, (cpu, _)) in flatten(&inner.cpu) {
             let _ = writeln!(
@@ -327,7 +327,7 @@ impl Metrics {
             &mut out,
             "corral_tenant_cpu_wait_seconds_total",
             "counter",
-            "Time finished tasks were runnable but waited for a core (or their tenant's cap).",
+            "Time tasks were runnable but waited for a core (or their tenant's cap).",
         );
         for (tenant, ty, (_, waited)) in flatten(&inner.cpu) {
             let _ = writeln!(

@@ -150,16 +150,20 @@ async fn execute(
     }
     .instrument(waiting)
     .await;
-    // Executed only while it holds one of the host's cores: see `cpu`.
+    // On a guest thread, only while it holds one of the host's cores: see
+    // `cpu`.
+    let (sandbox, component, prepared) = (
+        session.sandbox.clone(),
+        route.component.clone(),
+        route.tenant.clone(),
+    );
     let (outcome, _) = session
         .cpu
-        .run(
+        .execute(
             route.tenant.label.clone(),
             route.activity.clone(),
             route.tenant.cpu,
-            session
-                .sandbox
-                .execute(&route.component, &route.tenant, task),
+            async move { sandbox.execute(&component, &prepared, task).await },
         )
         .await;
     (outcome, route.activity)

@@ -249,11 +249,9 @@ pub fn main() -> ExitCode {
         Command::Dev(_) => init_tracing(SERVER_LOG, false),
         _ => init_tracing(CLI_LOG, false),
     }
-    // Guests run on at most one thread per core (`session::cpu`); the one
-    // more is always free for the host's own work.
-    let slots = corral::session::cpu::host_slots();
+    // The host's own work; guests run on threads of their own
+    // (`session::cpu`).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(corral::session::cpu::runtime_threads(slots))
         .enable_all()
         .build()
     {

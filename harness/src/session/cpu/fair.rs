@@ -55,24 +55,52 @@ impl<W> Account<W> {
     /// Until when its cap holds it back, if it does now.
     fn capped_until(&mut self, now: Instant) -> Option<Instant> {
         let max = self.share.max?;
+        self.roll(now);
         let (start, used) = self.window;
-        if now >= start + CAP_WINDOW {
-            self.window = (now, Duration::ZERO);
-            return None;
+        (used >= budget(max)).then_some(start + CAP_WINDOW)
+    }
+
+    /// Moves the cap's window up to `now`. What a window used beyond its
+    /// budget (slices end past it) is owed by the next: over time a tenant
+    /// never gets more than its cap.
+    fn roll(&mut self, now: Instant) {
+        let Some(max) = self.share.max else {
+            return;
+        };
+        let (start, used) = self.window;
+        let passed = now.saturating_duration_since(start).as_nanos() / CAP_WINDOW.as_nanos();
+        if passed == 0 {
+            return;
         }
-        let budget = CAP_WINDOW * max.millicores() / 1000;
-        (used >= budget).then_some(start + CAP_WINDOW)
+        let passed = u32::try_from(passed).unwrap_or(u32::MAX);
+        let owed = used.saturating_sub(budget(max).saturating_mul(passed));
+        self.window = (start + CAP_WINDOW.saturating_mul(passed), owed);
     }
 
     fn charge(&mut self, used: Duration, now: Instant) {
         let weighted = used.as_nanos() * u128::from(CpuWeight::DEFAULT.get())
             / u128::from(self.share.weight.get());
         self.vruntime += weighted;
-        if now >= self.window.0 + CAP_WINDOW {
-            self.window = (now, Duration::ZERO);
+        if self.share.max.is_some() {
+            self.roll(now);
+            self.window.1 += used;
         }
-        self.window.1 += used;
     }
+
+    /// Whether forgetting it changes nothing: nothing waiting or running,
+    /// owed nothing (it would start at the floor anyway), owing its cap
+    /// nothing.
+    fn forgettable(&self, floor: u128) -> bool {
+        self.waiting.is_empty()
+            && self.running == 0
+            && self.vruntime <= floor
+            && self.window.1.is_zero()
+    }
+}
+
+/// CPU a cap allows per window.
+fn budget(max: super::policy::CpuMax) -> Duration {
+    CAP_WINDOW * max.millicores() / 1000
 }
 
 /// The host's cores, shared between tenants by weight.
@@ -142,7 +170,9 @@ impl<W: PartialEq> Fair<W> {
             account.waiting.extend(again);
         }
         self.running = self.running.saturating_sub(1);
-        self.dispatch(now)
+        let dispatch = self.dispatch(now);
+        self.forget_if_idle(tenant);
+        dispatch
     }
 
     /// Takes `waiter` out of the queue; false if it was not waiting (it was
@@ -151,12 +181,27 @@ impl<W: PartialEq> Fair<W> {
         let Some(account) = self.tenants.get_mut(tenant) else {
             return false;
         };
-        match account.waiting.iter().position(|w| w == waiter) {
-            Some(at) => {
-                account.waiting.remove(at);
-                true
-            }
-            None => false,
+        let Some(at) = account.waiting.iter().position(|w| w == waiter) else {
+            return false;
+        };
+        account.waiting.remove(at);
+        if account.waiting.is_empty() {
+            // Nothing of it waits for its window any more.
+            account.throttled_since = None;
+        }
+        self.forget_if_idle(tenant);
+        true
+    }
+
+    /// Drops an idle tenant's account when keeping it changes nothing, so
+    /// that the scan for the next tenant covers the active ones.
+    fn forget_if_idle(&mut self, tenant: &str) {
+        if self
+            .tenants
+            .get(tenant)
+            .is_some_and(|a| a.forgettable(self.floor))
+        {
+            self.tenants.remove(tenant);
         }
     }
 

@@ -7,13 +7,14 @@
 //! the thread's own CPU clock around the poll, so it is exactly what the
 //! guest (and the host's work for it) cost.
 //!
-//! Guests hold at most one slot per core, and the runtime has one thread
-//! more than that (see `runtime_threads`): one thread is always free for
-//! the host's own work — polling, reporting, heartbeats, the admin API and
-//! `/metrics` — whatever the guests do.
+//! Guests run on threads of their own ([`threads`]), one per slot, at a
+//! lower priority than the host's: the host's own work — polling,
+//! reporting, heartbeats, the admin API and `/metrics` — runs on its own
+//! runtime and goes first, whatever the guests do.
 
 mod fair;
 mod policy;
+mod threads;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -25,6 +26,8 @@ use std::time::{Duration, Instant};
 pub use fair::CAP_WINDOW;
 use fair::{Dispatch, Fair};
 pub use policy::{CpuMax, CpuPolicyError, CpuShare, CpuWeight};
+pub use threads::GUEST_NICE;
+use threads::GuestThreads;
 
 use crate::metrics::Metrics;
 use crate::sync::lock;
@@ -37,12 +40,6 @@ const REPORT_EVERY: Duration = Duration::from_millis(10);
 /// The guest slots of a host with this machine's cores.
 pub fn host_slots() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
-}
-
-/// The async runtime's worker threads for `slots` guest slots: one more,
-/// so the host's own work always has a thread.
-pub fn runtime_threads(slots: usize) -> usize {
-    slots + 1
 }
 
 /// One task's place in line.
@@ -75,15 +72,45 @@ pub struct CpuScheduler {
     metrics: Arc<Metrics>,
     /// The next window opening a timer is set for.
     timer: Mutex<Option<Instant>>,
+    /// Where [`CpuScheduler::execute`] runs guests (none if the system
+    /// refused the threads: then on the caller's).
+    threads: Option<GuestThreads>,
 }
 
 impl CpuScheduler {
     pub fn new(slots: usize, metrics: Arc<Metrics>) -> Arc<Self> {
+        let threads = GuestThreads::new(slots)
+            .inspect_err(|e| {
+                tracing::warn!(
+                    "no threads of their own for guests ({e}): they run beside the host's work"
+                );
+            })
+            .ok();
         Arc::new(CpuScheduler {
             fair: Mutex::new(Fair::new(slots)),
             metrics,
             timer: Mutex::new(None),
+            threads,
         })
+    }
+
+    /// `work` run on a guest thread under the scheduler ([`CpuScheduler::run`]).
+    pub async fn execute<F>(
+        self: &Arc<Self>,
+        tenant: Arc<str>,
+        activity_type: String,
+        share: CpuShare,
+        work: F,
+    ) -> (F::Output, CpuUse)
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let scheduled = self.run(tenant, activity_type, share, work);
+        match &self.threads {
+            Some(threads) => threads.spawn(scheduled).await,
+            None => scheduled.await,
+        }
     }
 
     /// `work` of `tenant` (executing `activity_type`), run only while it
@@ -105,7 +132,8 @@ impl CpuScheduler {
             activity_type,
             unreported: CpuUse::default(),
             share,
-            work: Box::pin(work),
+            work: Some(Box::pin(work)),
+            holding: false,
             waiting: None,
             used: CpuUse::default(),
             waker: Waker::from(noting.clone()),
@@ -127,11 +155,16 @@ impl CpuScheduler {
         }
         if let Some(at) = dispatch.retry_at {
             let mut timer = lock(&self.timer);
+            // Outside a runtime (a caller's own executor), the next release
+            // dispatches instead.
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
             if timer.is_none_or(|set| at < set) {
                 *timer = Some(at);
                 drop(timer);
                 let scheduler = self.clone();
-                tokio::spawn(async move {
+                runtime.spawn(async move {
                     tokio::time::sleep_until(at.into()).await;
                     *lock(&scheduler.timer) = None;
                     let dispatch = lock(&scheduler.fair).dispatch(Instant::now());
@@ -150,7 +183,10 @@ pub struct Scheduled<F> {
     /// Used since it was last added to the metrics.
     unreported: CpuUse,
     share: CpuShare,
-    work: Pin<Box<F>>,
+    /// Until it ends (dropped then, while it holds its slot).
+    work: Option<Pin<Box<F>>>,
+    /// Holds a slot: set around each poll of `work`.
+    holding: bool,
     /// In line since then, when it is.
     waiting: Option<(Ticket, Instant)>,
     used: CpuUse,
@@ -178,10 +214,12 @@ impl std::task::Wake for Noting {
     }
 }
 
-fn new_ticket(waker: &Waker) -> Ticket {
+/// A place in line. It holds no waker until its task waits: a task granted
+/// a slot at once, or one already woken by its own yield, needs no wake.
+fn new_ticket() -> Ticket {
     Ticket(Arc::new(Waiter {
         granted: AtomicBool::new(false),
-        waker: Mutex::new(Some(waker.clone())),
+        waker: Mutex::new(None),
     }))
 }
 
@@ -193,7 +231,7 @@ impl<F: Future> Future for Scheduled<F> {
         let (ticket, since) = match &this.waiting {
             Some(waiting) => waiting.clone(),
             None => {
-                let ticket = new_ticket(cx.waker());
+                let ticket = new_ticket();
                 let now = Instant::now();
                 this.waiting = Some((ticket.clone(), now));
                 let dispatch = lock(&this.scheduler.fair).request(
@@ -224,11 +262,19 @@ impl<F: Future> Future for Scheduled<F> {
             }
         }
         this.noting.woken.store(false, Ordering::Release);
+        let Some(work) = this.work.as_mut() else {
+            // Polled again after it ended: nothing to run.
+            this.holding_release(Duration::ZERO);
+            return Poll::Pending;
+        };
+        // Until released: a panic in the poll must not keep the slot.
+        this.holding = true;
         let before = thread_cpu();
-        let polled = this
-            .work
-            .as_mut()
-            .poll(&mut Context::from_waker(&this.waker));
+        let polled = work.as_mut().poll(&mut Context::from_waker(&this.waker));
+        if polled.is_ready() {
+            // Its teardown (the store, the instance) is its own CPU too.
+            this.work = None;
+        }
         let used = thread_cpu().saturating_sub(before);
         this.used.cpu += used;
         this.unreported.cpu += used;
@@ -236,10 +282,11 @@ impl<F: Future> Future for Scheduled<F> {
         // Woken while it was polled: it yielded and runs on, so it is back
         // in line before the slot is given to anyone.
         let again = (polled.is_pending() && this.noting.woken.load(Ordering::Acquire)).then(|| {
-            let again = new_ticket(cx.waker());
+            let again = new_ticket();
             this.waiting = Some((again.clone(), now));
             again
         });
+        this.holding = false;
         let dispatch = lock(&this.scheduler.fair).release(&this.tenant, used, again, now);
         this.scheduler.apply(dispatch);
         if polled.is_ready() || this.unreported.cpu + this.unreported.waited >= REPORT_EVERY {
@@ -250,6 +297,12 @@ impl<F: Future> Future for Scheduled<F> {
 }
 
 impl<F> Scheduled<F> {
+    /// Gives back the slot this task holds.
+    fn holding_release(&mut self, used: Duration) {
+        let dispatch = lock(&self.scheduler.fair).release(&self.tenant, used, None, Instant::now());
+        self.scheduler.apply(dispatch);
+    }
+
     /// Adds what it used since the last time to the metrics.
     fn report(&mut self) {
         let unreported = std::mem::take(&mut self.unreported);
@@ -264,6 +317,12 @@ impl<F> Scheduled<F> {
 impl<F> Drop for Scheduled<F> {
     fn drop(&mut self) {
         self.report();
+        if self.holding {
+            // Its poll panicked while it held a slot.
+            self.holding = false;
+            self.holding_release(Duration::ZERO);
+            return;
+        }
         let Some((ticket, _)) = self.waiting.take() else {
             return;
         };
@@ -298,6 +357,23 @@ fn thread_cpu() -> Duration {
 mod tests {
     use super::*;
 
+    /// Yields as wasmtime's fuel and epoch yields do: wakes itself while it
+    /// is polled, then returns `Pending` once.
+    struct Yield(bool);
+
+    impl Future for Yield {
+        type Output = ();
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.0 {
+                return Poll::Ready(());
+            }
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
     /// Burns about `cpu` of CPU, yielding every millisecond of it (it may
     /// go on on another thread after each).
     async fn burn(cpu: Duration) {
@@ -306,8 +382,110 @@ mod tests {
             let slice = thread_cpu();
             while thread_cpu().saturating_sub(slice) < Duration::from_millis(1) {}
             burnt += thread_cpu().saturating_sub(slice);
-            tokio::task::yield_now().await;
+            Yield(false).await;
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn guests_execute_on_their_own_threads_below_the_hosts_priority() {
+        let scheduler = CpuScheduler::new(2, Arc::new(Metrics::default()));
+        let host = threads::priority();
+        let ((name, nice), _) = scheduler
+            .execute(
+                Arc::from("a"),
+                "where".to_owned(),
+                CpuShare::default(),
+                async {
+                    let name = std::thread::current().name().map(str::to_owned);
+                    (name, threads::priority())
+                },
+            )
+            .await;
+        assert_eq!(name.as_deref(), Some("corral-guest"));
+        assert_eq!(nice, (host + GUEST_NICE).min(19), "host at nice {host}");
+        // A guest's panic reaches the caller, and its slot is free again.
+        let panicked = tokio::spawn({
+            let scheduler = scheduler.clone();
+            async move {
+                scheduler
+                    .execute(
+                        Arc::from("a"),
+                        "panic".to_owned(),
+                        CpuShare::default(),
+                        async { panic!("a broken invariant") },
+                    )
+                    .await
+            }
+        })
+        .await;
+        assert!(panicked.unwrap_err().is_panic());
+        let run = scheduler.execute(
+            Arc::from("b"),
+            "seven".to_owned(),
+            CpuShare::default(),
+            async { 7 },
+        );
+        let (seven, _) = tokio::time::timeout(Duration::from_secs(10), run)
+            .await
+            .expect("the slots are free");
+        assert_eq!(seven, 7);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_that_panics_while_it_runs_gives_its_slot_back() {
+        let scheduler = CpuScheduler::new(1, Arc::new(Metrics::default()));
+        let panics = scheduler.run(
+            Arc::from("a"),
+            "panic".to_owned(),
+            CpuShare::default(),
+            async { panic!("a broken invariant") },
+        );
+        assert!(tokio::spawn(panics).await.is_err());
+        let next = scheduler.run(
+            Arc::from("b"),
+            "seven".to_owned(),
+            CpuShare::default(),
+            async { 7 },
+        );
+        let (value, _) = tokio::time::timeout(Duration::from_secs(10), next)
+            .await
+            .expect("the slot is free");
+        assert_eq!(value, 7);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_task_that_yields_is_back_in_line_before_its_slot_is_given_away() {
+        // One slot; `a` weighs 10,000 times `b`, each has one task that
+        // yields every millisecond. Once `b` has had its turn (it starts
+        // level), `a` is owed the slot at each of its yields and keeps it:
+        // were a yielding task not back in line before the slot is handed
+        // on, `b`, the only one waiting, would take every other slice.
+        let scheduler = CpuScheduler::new(1, Arc::new(Metrics::default()));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let task = |name: &'static str, weight: i64| {
+            let order = order.clone();
+            let share = CpuShare {
+                weight: CpuWeight::new(weight).unwrap(),
+                max: None,
+            };
+            scheduler.run(Arc::from(name), "turns".to_owned(), share, async move {
+                for _ in 0..5 {
+                    lock(&order).push(name);
+                    let slice = thread_cpu();
+                    while thread_cpu().saturating_sub(slice) < Duration::from_millis(1) {}
+                    Yield(false).await;
+                }
+            })
+        };
+        let (a, b) = (tokio::spawn(task("a", 10_000)), tokio::spawn(task("b", 1)));
+        a.await.unwrap();
+        b.await.unwrap();
+        let order = lock(&order).clone();
+        let a_done = order.iter().rposition(|n| *n == "a").unwrap_or(0);
+        assert!(
+            a_done <= 6,
+            "b took turns while a was owed the slot: {order:?}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
