@@ -279,9 +279,16 @@ async fn handle(
         });
         return Ok(plain(StatusCode::OK));
     }
-    Ok(forward(request, upstream, shared, stop)
+    let destination = shown(&format!("{host}:{port}"), MAX_SHOWN);
+    Ok(forward(request, upstream, shared.clone(), stop)
         .await
-        .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY)))
+        .unwrap_or_else(|e| {
+            // Connected, then the exchange broke: the pull names why, as
+            // for a registry it could not reach.
+            *shared.unreachable.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((destination, std::io::Error::other(e)));
+            plain(StatusCode::BAD_GATEWAY)
+        }))
 }
 
 /// Copies a CONNECT tunnel both ways, counting what the registry sends.

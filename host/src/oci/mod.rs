@@ -218,6 +218,12 @@ pub async fn resolve(reference: &OciRef, registries: &Registries) -> Result<Stri
                 .map_err(|e| classify(reference, registries, e))
         })
         .await?;
+    checked(reference, digest)
+}
+
+/// A manifest digest a registry named for `reference`, if it is a
+/// `sha256:` digest: it is stored, logged and exported as a label.
+fn checked(reference: &OciRef, digest: String) -> Result<String, OciError> {
     if !is_sha256_digest(&digest) {
         return Err(OciError::BadDigest {
             reference: reference.to_string(),
@@ -261,11 +267,5 @@ pub async fn push(
                 .map_err(|e| classify(reference, registries, e))
         })
         .await?;
-    if !is_sha256_digest(&digest) {
-        return Err(OciError::BadDigest {
-            reference: reference.to_string(),
-            digest: shown(&digest, 100),
-        });
-    }
-    Ok(digest)
+    checked(reference, digest)
 }

@@ -106,6 +106,13 @@ impl CpuScheduler {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        // The task's span and the caller's subscriber go with it to the
+        // guest thread: its logs and spans are the task's, as before.
+        use tracing::Instrument as _;
+        use tracing::instrument::WithSubscriber as _;
+        let work = work
+            .instrument(tracing::Span::current())
+            .with_current_subscriber();
         let scheduled = self.run(tenant, activity_type, share, work);
         match &self.threads {
             Some(threads) => threads.spawn(scheduled).await,
