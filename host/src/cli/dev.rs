@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use corral::config::{ComponentSource, Config, ConfigError};
 use corral::control::auth::generate_token;
+use corral::control::metadata::{MAX_KEY as MAX_NAME, name_char};
 use corral::control::{Catalog, ControlError, NewVersion};
 use corral::dev_server::{dev_server_args, free_loopback_port};
 use corral::sandbox::{LoadedComponent, convert};
@@ -26,9 +27,6 @@ use super::serve::{run, signal_shutdown};
 use super::{default_cache_dir, error_exit, usage_error};
 
 const TASK_QUEUE: &str = "corral-dev";
-
-/// The longest deployment name.
-const MAX_NAME: usize = corral::control::metadata::MAX_KEY;
 
 /// The one tenant a dev run serves.
 const TENANT: &str = "dev";
@@ -384,10 +382,7 @@ fn deployments(files: Vec<PathBuf>) -> Result<Vec<(String, PathBuf)>, String> {
         let stem = ComponentSource::File(file.clone()).deployment();
         let name: String = stem
             .chars()
-            .map(|c| match c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                true => c,
-                false => '-',
-            })
+            .map(|c| if name_char(c) { c } else { '-' })
             .take(MAX_NAME)
             .collect();
         if let Some((_, other)) = named.iter().find(|(n, _)| *n == name) {

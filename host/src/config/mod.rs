@@ -453,12 +453,7 @@ impl Config {
         let mut tenants: Vec<TenantConfig> = Vec::with_capacity(raw.tenant.len());
         for (i, t) in raw.tenant.into_iter().enumerate() {
             let key = |field: &str| format!("tenant[{i}] (`{}`).{field}", t.name);
-            if t.name.is_empty()
-                || !t
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            {
+            if t.name.is_empty() || !t.name.chars().all(crate::control::metadata::name_char) {
                 return Err(invalid(
                     format!("tenant[{i}].name"),
                     format!(

@@ -26,6 +26,12 @@ pub const MAX_CONFIG_VALUE: usize = 4096;
 /// (which holds every version) rewrites.
 pub const MAX_METADATA: usize = 64 << 10;
 
+/// Whether `c` may be part of a tenant's or a deployment's name: a letter,
+/// a digit, `-`, `_` or `.`.
+pub fn name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "-_.".contains(c)
+}
+
 /// Label prefixes only the host writes.
 pub const HOST_PREFIXES: [&str; 2] = ["oci.", "corral."];
 

@@ -202,10 +202,7 @@ impl Catalog {
         let spec = self.spec(tenant)?;
         if new.name.is_empty()
             || new.name.len() > metadata::MAX_KEY
-            || !new
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            || !new.name.chars().all(metadata::name_char)
         {
             return Err(ControlError::InvalidArgument(format!(
                 "deployment name `{}` must be 1 to {} letters, digits, `-`, `_` or `.`",
