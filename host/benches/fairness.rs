@@ -22,7 +22,6 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -38,7 +37,7 @@ use corral::connectors::temporal::payloads;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{Process, connect, dev_server};
+use common::{Process, connect, dev_server, serve_ready};
 
 /// Rounds of `burn` for a light activity (about 60 ms here) and a busy one
 /// (about 1.5 s).
@@ -218,42 +217,10 @@ fn cpu_seconds(port: u16) -> Result<std::collections::BTreeMap<String, f64>> {
 }
 
 /// `corral serve` with `config` written to `path`, once it says it is
-/// ready; or what it said before it stopped.
+/// ready; or what it said when it was not.
 fn start(binary: &std::ffi::OsStr, path: &Path, config: &str) -> Result<Result<Process, String>> {
-    use std::io::BufRead as _;
     std::fs::write(path, config)?;
-    let mut child = Command::new(binary)
-        .args(["serve", "--config", &path.display().to_string()])
-        .env("CORRAL_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().context("corral's stderr")?;
-    let corral = Process(child);
-    let (ready, said) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok);
-        let mut text = String::new();
-        for line in lines.by_ref() {
-            if line.contains("corral: ready") {
-                let _ = ready.send(None);
-                break;
-            }
-            text.push_str(&line);
-            text.push('\n');
-        }
-        // At the end, or ready: what it said, if it stopped before.
-        let _ = ready.send(Some(text));
-        // Drained so that it never blocks on a full pipe.
-        lines.for_each(drop);
-    });
-    match said.recv_timeout(Duration::from_secs(120)) {
-        Ok(None) => Ok(Ok(corral)),
-        Ok(Some(text)) => Ok(Err(text)),
-        Err(_) => bail!("corral did not become ready within 2 minutes"),
-    }
+    serve_ready(binary, path)
 }
 
 /// What one build did.

@@ -16,17 +16,15 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde_json::json;
 use temporalio_client::{Client, ClientOptions, GrpcCompression};
 
-use common::{Process, connect, cpu_time, dev_server, status};
+use common::{Process, connect, cpu_time, dev_server, serve_ready, status};
 
 const IDLE: Duration = Duration::from_secs(10);
 
@@ -66,33 +64,9 @@ fn config(n: usize, address: &str, echo: &Path, pollers: &str) -> String {
 /// "ready", and how long that took.
 fn serve(binary: &std::ffi::OsStr, config: &Path) -> Result<(Process, Duration)> {
     let started = Instant::now();
-    let mut child = Command::new(binary)
-        .args(["serve", "--config", &config.display().to_string()])
-        .env("CORRAL_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().context("stderr")?;
-    let process = Process(child);
-    let mut lines = BufReader::new(stderr).lines();
-    loop {
-        match lines.next() {
-            Some(line) => {
-                let line = line?;
-                if line.contains("corral: ready") {
-                    break;
-                }
-                if line.contains("error") {
-                    bail!("corral serve: {line}");
-                }
-            }
-            None => bail!("corral serve exited before it was ready"),
-        }
-    }
-    let took = started.elapsed();
-    // Keep draining stderr, so corral never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    Ok((process, took))
+    let process = serve_ready(binary, config)?
+        .map_err(|said| anyhow::anyhow!("corral serve was not ready: {said}"))?;
+    Ok((process, started.elapsed()))
 }
 
 async fn measure(

@@ -28,6 +28,48 @@ impl Drop for Process {
     }
 }
 
+/// `binary serve --config config`, once it says it is ready; or, if it
+/// stops first, what it said. (A line's words are no sign: a served type
+/// may be called `plain-error`.)
+pub fn serve_ready(
+    binary: &std::ffi::OsStr,
+    config: &std::path::Path,
+) -> Result<std::result::Result<Process, String>> {
+    use std::io::BufRead as _;
+    let mut child = Command::new(binary)
+        .args(["serve", "--config", &config.display().to_string()])
+        .env("CORRAL_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().context("corral's stderr")?;
+    let corral = Process(child);
+    let (ready, said) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok);
+        let mut text = String::new();
+        for line in lines.by_ref() {
+            if line.contains("corral: ready") {
+                let _ = ready.send(None);
+                break;
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        // Stopped before it was ready: what it said.
+        let _ = ready.send(Some(text));
+        // Drained so that it never blocks on a full pipe.
+        lines.for_each(drop);
+    });
+    match said.recv_timeout(Duration::from_secs(120)) {
+        Ok(None) => Ok(Ok(corral)),
+        Ok(Some(text)) => Ok(Err(text)),
+        Err(_) => bail!("corral did not become ready within 2 minutes"),
+    }
+}
+
 /// `temporal server start-dev` on a free loopback port; the process and
 /// its address.
 pub fn dev_server() -> Result<(Process, String)> {
