@@ -242,3 +242,29 @@ fn corral_dev_names_a_file_it_cannot_read_before_starting_anything() {
     assert!(said.contains("cannot read no-such-file.wasm"), "{said}");
     assert!(!said.contains("starting a Temporal dev server"), "{said}");
 }
+
+#[test]
+fn corral_dev_refuses_two_files_that_would_be_one_deployment_before_starting_anything() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let greeter = example("greeter");
+    let (first, second) = (a.path().join("greeter.wasm"), b.path().join("greeter.wasm"));
+    std::fs::copy(&greeter, &first).unwrap();
+    std::fs::copy(&greeter, &second).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
+        .arg("dev")
+        .args([&first, &second])
+        .args(["--port", &free_port().to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains(&format!(
+            "{} and {} would both be deployment `greeter`",
+            first.display(),
+            second.display()
+        )),
+        "{said}"
+    );
+    assert!(!said.contains("starting a Temporal dev server"), "{said}");
+}
