@@ -82,6 +82,8 @@ if [ "${CORRAL_SETUP_MINIMAL:-}" != 1 ]; then
     # Its own target dir: it shares nothing with corral's build.
     CARGO_TARGET_DIR="${HOME}/.cache/aion-cli-target" \
       cargo install --quiet --locked aion-cli --version "$AION_CLI_VERSION"
+    # The binary is installed; its build (gigabytes) is never used again.
+    rm -rf "${HOME}/.cache/aion-cli-target"
   fi
   hash -r
 fi
