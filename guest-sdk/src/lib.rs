@@ -58,11 +58,11 @@
 //!    `corral run target/wasm32-wasip2/release/greeter.wasm
 //!    demo:greeter/api.greet '{"name":"Ada"}'`; test it with `corral test`
 //!    and a `greeter.test.toml` of cases, or from Rust with the host test
-//!    harness, a dev-dependency on `corral-harness` (it builds without any
+//!    harness, a dev-dependency on `corral-core` (it builds without any
 //!    workflow engine's client):
 //!
 //! ```ignore
-//! let host = corral_harness::testing::TestHost::builder().build()?;
+//! let host = corral_core::testing::TestHost::builder().build()?;
 //! let greeter = host.load_file("target/wasm32-wasip2/release/greeter.wasm")?;
 //! let run = greeter.call("demo:greeter/api.greet").arg(json!({"name": ""})).run().await;
 //! assert_eq!(run.failure().unwrap().kind, "EmptyName");

@@ -6,7 +6,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Read when the script runs, not baked in when it is compiled: a
     // checkout at another path sharing the target directory reuses this
     // script's binary.
-    let proto_dir = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../proto");
+    let proto_dir =
+        std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let admin = proto_dir.join("corral/v1/admin.proto");
     let aion = proto_dir.join("aion/worker.proto");
     for file in [&admin, &aion] {

@@ -15,8 +15,10 @@
 pub mod backoff;
 pub mod local;
 pub mod metrics;
+pub mod name;
 pub mod sandbox;
 pub mod session;
+pub mod share;
 pub mod shown;
 #[doc(hidden)]
 pub mod sync;

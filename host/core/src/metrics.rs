@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::session::cpu::CpuUse;
+use crate::share::CpuUse;
 
 /// Upper bounds (seconds) of the duration histograms' buckets.
 const BUCKETS: [f64; 12] = [

@@ -1,6 +1,10 @@
-//! A tenant's CPU policy, validated: what it is guaranteed when tenants
+//! A tenant's CPU share, validated: what it is guaranteed when tenants
 //! compete (its weight against theirs) and what it may never exceed (a cap
-//! in cores).
+//! in cores), and what a task used. A leaf: the tenant's policy
+//! (`sandbox::tenant`), the scheduler (`session::cpu`) and the metrics all
+//! read it.
+
+use std::time::Duration;
 
 /// A tenant's weight: when several tenants want more CPU than the host
 /// has, each gets the cores in proportion to its weight.
@@ -66,6 +70,14 @@ pub struct CpuShare {
     pub weight: CpuWeight,
     /// None: no cap beyond what its weight and the others leave it.
     pub max: Option<CpuMax>,
+}
+
+/// What one task's execution cost in CPU, and waited for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuUse {
+    pub cpu: Duration,
+    /// Runnable, but waiting for a slot (or for its cap's next window).
+    pub waited: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

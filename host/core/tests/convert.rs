@@ -3,8 +3,8 @@
 
 mod common;
 
-use corral::sandbox::FailureClass;
-use corral::testing::TestComponent;
+use corral_core::sandbox::FailureClass;
+use corral_core::testing::TestComponent;
 use serde_json::{Value, json};
 
 use common::{host, load};
@@ -371,7 +371,7 @@ async fn the_sample_value_of_every_parameter_type_is_accepted() {
         let args = activity
             .params
             .iter()
-            .map(|(_, ty)| corral::sandbox::convert::sample(ty));
+            .map(|(_, ty)| corral_core::sandbox::convert::sample(ty));
         let run = e.call(&activity.name).args(args).run().await;
         assert!(run.outcome.is_ok(), "{}: {:?}", activity.name, run.outcome);
     }

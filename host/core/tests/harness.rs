@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use corral::sandbox::{FailureClass, LogLevel, Stream};
-use corral::testing::{LogLine, TestComponent};
+use corral_core::sandbox::{FailureClass, LogLevel, Stream};
+use corral_core::testing::{LogLine, TestComponent};
 use serde_json::json;
 use tokio::sync::Semaphore;
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use corral::sandbox::{DirMode, FailureClass};
+use corral_core::sandbox::{DirMode, FailureClass};
 use serde_json::json;
 
 use common::{host, load};

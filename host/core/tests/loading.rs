@@ -3,8 +3,8 @@
 
 mod common;
 
-use corral::sandbox::LoadError;
-use corral::testing::TestHost;
+use corral_core::sandbox::LoadError;
+use corral_core::testing::TestHost;
 use serde_json::json;
 
 use common::{example, host};
@@ -167,7 +167,7 @@ fn a_bad_tenant_policy_is_refused_before_any_task() {
         .dir(
             "/no/such/directory",
             "/data",
-            corral::sandbox::DirMode::ReadOnly,
+            corral_core::sandbox::DirMode::ReadOnly,
         )
         .build();
     let e = missing.err().unwrap().to_string();

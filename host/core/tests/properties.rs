@@ -14,8 +14,8 @@ use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Map, Value, json};
 use wasmtime::component::types::Type;
 
-use corral::sandbox::convert::{from_json, to_json};
-use corral::testing::{TestComponent, TestHost};
+use corral_core::sandbox::convert::{from_json, to_json};
+use corral_core::testing::{TestComponent, TestHost};
 
 use common::{example, host};
 

@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use corral::sandbox::FailureClass;
-use corral::testing::{TestComponent, TestHost};
+use corral_core::sandbox::FailureClass;
+use corral_core::testing::{TestComponent, TestHost};
 use serde_json::json;
 
 use common::{host, load};

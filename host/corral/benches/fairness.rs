@@ -375,7 +375,7 @@ async fn bench() -> Result<()> {
         .and_then(|n| n.parse().ok())
         .filter(|&n: &usize| n >= 5)
         .unwrap_or(40);
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     for needed in [
         "tests/guests/dist/hostile.wasm",
         "examples/dist/misbehave.wasm",

@@ -274,7 +274,7 @@ async fn soak() -> Result<()> {
         .and_then(|t| t.parse().ok())
         .filter(|&t: &usize| t >= 100)
         .unwrap_or(TOTAL);
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dist = root.join("examples/dist");
     let hostile = root.join("tests/guests/dist/hostile.wasm");
     for needed in [dist.join("misbehave.wasm"), hostile.clone()] {

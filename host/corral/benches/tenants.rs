@@ -116,7 +116,7 @@ async fn measure(
 }
 
 async fn bench() -> Result<()> {
-    let echo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/dist/echo.wasm");
+    let echo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/dist/echo.wasm");
     anyhow::ensure!(echo.exists(), "build the examples first: examples/build.sh");
     let counts: Vec<usize> = std::env::var("CORRAL_BENCH_TENANTS")
         .unwrap_or_else(|_| "1,100,1000".into())

@@ -14,6 +14,7 @@ pub mod oci;
 pub mod secrets;
 pub mod staging;
 pub mod telemetry;
+pub mod token;
 
 /// An error and its causes, on one line (each cause once).
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
@@ -59,8 +60,3 @@ pub fn tune_the_allocator() {
         libc::mallopt(libc::M_MXFAST, 0);
     }
 }
-
-// The engine-independent core lives in `corral-harness` (so activity
-// authors' tests build without the engines); corral re-exports it whole.
-use corral_harness::{backoff, sync};
-pub use corral_harness::{metrics, sandbox, session, testing};

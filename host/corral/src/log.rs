@@ -51,7 +51,7 @@ pub fn init_tracing_with(default_filter: &str, json: bool, extra: Option<ExtraLa
 #[cfg(test)]
 mod tests {
     use super::SERVER_LOG;
-    use corral_harness::trace::PHASES;
+    use corral_core::trace::PHASES;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::{EnvFilter, Layer};
 
@@ -68,12 +68,12 @@ mod tests {
             let phase = tracing::debug_span!(target: PHASES, "guest");
             assert!(phase.is_disabled(), "{phase:?}");
             // The same log still records corral's own info spans.
-            let task = tracing::info_span!(target: "corral_harness::session::task", "task");
+            let task = tracing::info_span!(target: "corral_core::session::task", "task");
             assert!(!task.is_disabled(), "{task:?}");
         });
         let exported = crate::telemetry::exported();
         assert!(exported.would_enable(PHASES, &tracing::Level::DEBUG));
-        assert!(exported.would_enable("corral_harness::session", &tracing::Level::INFO));
-        assert!(!exported.would_enable("corral_harness::session", &tracing::Level::DEBUG));
+        assert!(exported.would_enable("corral_core::session", &tracing::Level::INFO));
+        assert!(!exported.would_enable("corral_core::session", &tracing::Level::DEBUG));
     }
 }

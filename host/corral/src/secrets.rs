@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::sandbox::Secrets;
+use corral_core::sandbox::Secrets;
 
 /// Re-reads every tenant's secrets every `interval`, and at once on
 /// SIGHUP. A secret that cannot be read keeps its last value and is named
@@ -51,7 +51,7 @@ pub async fn refresh(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::{SecretSource, SecretSpec};
+    use corral_core::sandbox::{SecretSource, SecretSpec};
 
     #[tokio::test(start_paused = true)]
     async fn a_rotated_value_is_read_at_the_next_interval() {

@@ -18,7 +18,7 @@ use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::Layer as _;
 
-use corral_harness::trace::Propagation;
+use corral_core::trace::Propagation;
 
 /// Where spans go, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl Telemetry {
             )
             .build();
         let tracer = provider.tracer("corral");
-        corral_harness::trace::install(Box::new(W3c));
+        corral_core::trace::install(Box::new(W3c));
         let layer = tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_filter(exported());
@@ -121,8 +121,8 @@ impl Telemetry {
 pub fn exported() -> tracing_subscriber::filter::Targets {
     tracing_subscriber::filter::Targets::new()
         .with_target("corral", tracing::Level::INFO)
-        .with_target("corral_harness", tracing::Level::INFO)
-        .with_target(corral_harness::trace::PHASES, tracing::Level::DEBUG)
+        .with_target("corral_core", tracing::Level::INFO)
+        .with_target(corral_core::trace::PHASES, tracing::Level::DEBUG)
 }
 
 /// W3C trace context, through the spans' OpenTelemetry context.

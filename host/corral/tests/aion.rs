@@ -364,7 +364,7 @@ fn a_drained_and_restarted_server_still_gets_the_result() {
         .find("drained: everything reported")
         .unwrap_or_else(|| panic!("{log}"));
     let first = log
-        .find("activity_type=count_to activity_id=0 attempt=1}: corral_harness::session::task: completed")
+        .find("activity_type=count_to activity_id=0 attempt=1}: corral_core::session::task: completed")
         .unwrap_or_else(|| panic!("{log}"));
     assert!(first < drained, "{log}");
     assert!(outcomes(metrics, "demo:progress/api.count-to", "Completed") >= 1.0);

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
-use common::example;
+use common::{example, hostile_guest};
 
 fn corral(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_corral"))
@@ -383,4 +383,34 @@ fn corral_plain(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("the corral binary runs")
+}
+
+/// A guest that asks for refused requests in a loop, well-formed or not,
+/// costs the host's log one line, not one per request: each distinct
+/// refusal of a task is logged once at `warn` (the rest at `debug`), and
+/// wasmtime's own warnings about a guest's malformed requests stay out.
+#[test]
+fn refused_requests_in_a_loop_cost_the_hosts_log_at_most_one_line() {
+    for (path, lines) in [("\"/\"", 1), ("null", 0)] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
+            .args(["run", &hostile_guest("hostile").display().to_string()])
+            .args([
+                "demo:hostile/api.refused-requests",
+                "\"127.0.0.1:9\"",
+                path,
+                "2000",
+            ])
+            .output()
+            .expect("corral runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert_eq!(stdout.trim(), "2000", "every request was refused");
+        assert_eq!(
+            stderr.matches("outbound HTTP refused").count(),
+            lines,
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), lines, "path {path}: {stderr}");
+    }
 }

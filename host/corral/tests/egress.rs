@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use common::http::recording_server;
 use common::{example, host};
-use corral::sandbox::{FailureClass, HttpGrant, SecretSource, SecretSpec, Secrets};
+use corral_core::sandbox::{FailureClass, HttpGrant, SecretSource, SecretSpec, Secrets};
 
 fn grant(host: &str) -> HttpGrant {
     host.parse().unwrap()

@@ -48,7 +48,7 @@ follow = [{stable:?}]
     let hosts: Vec<Corral> = (0..3).map(|_| Corral::serve(&config)).collect();
 
     let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workflows/rollout.py");
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/workflows/rollout.py");
     let mut workflow = Command::new("python3")
         .arg(script)
         .args(["--address", &server.address(), "--activity-queue", &queue])

@@ -13,7 +13,7 @@ use common::activities::{execute, execute_completed, text};
 use common::admin::{Host, path};
 use common::http::loopback_server;
 use common::{example, host};
-use corral::sandbox::FailureClass;
+use corral_core::sandbox::FailureClass;
 
 /// A loopback HTTP server answering every request with its own path.
 fn echo_server() -> u16 {

@@ -20,7 +20,7 @@ use std::process::Command;
 
 mod common;
 
-use corral::sandbox::{Sandbox, SandboxConfig};
+use corral_core::sandbox::{Sandbox, SandboxConfig};
 use wasmtime::{Instance, Module, Store};
 
 const MARKER: &[u8] = b"another tenant's secret, page after page";

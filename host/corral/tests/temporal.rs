@@ -373,7 +373,7 @@ fn a_python_sdk_workflow_calls_three_corral_activities() {
     let queue = unique("q");
     let corral = Corral::serve(&config(&server, &queue, LIMITS));
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/workflows/three_activities.py");
+        .join("../../tests/workflows/three_activities.py");
     let out = std::process::Command::new("python3")
         .arg(script)
         .args(["--address", &server.address(), "--activity-queue", &queue])

@@ -53,7 +53,7 @@ capabilities = {{ http_hosts = [{{ host = "127.0.0.1:{pay}", methods = ["POST"],
     let mut corral = Corral::serve_with(&[("CORRAL_LOG", "warn")], &config);
 
     let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workflows/traced.py");
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/workflows/traced.py");
     let out = std::process::Command::new("python3")
         .arg(script)
         .args(["--address", &server.address(), "--activity-queue", &queue])

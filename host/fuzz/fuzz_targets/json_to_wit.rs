@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use corral::sandbox::{LoadedComponent, Sandbox, SandboxConfig, convert};
+use corral_core::sandbox::{LoadedComponent, Sandbox, SandboxConfig, convert};
 use libfuzzer_sys::fuzz_target;
 
 static ECHO: LazyLock<Arc<LoadedComponent>> = LazyLock::new(|| {

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use super::http::HttpGrant;
+use super::destination::HttpGrant;
 use super::secrets::Secrets;
 
 /// How a granted directory may be used.

@@ -13,26 +13,23 @@
 
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use wasmtime::Engine;
 
-use super::component::ComponentBytes;
-use super::engine::wasm_config;
+use super::config::{CompileLimits, wasm_config};
 use super::limits::format_bytes;
 
-/// How a host compiles in a worker process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CompileLimits {
-    /// The `corral` binary to run as the worker.
-    pub worker: PathBuf,
-    /// Wall-clock time one compile may take.
-    pub time: Duration,
-    /// Writable memory of the worker (heap and thread stacks).
-    pub memory: u64,
+/// Where a component's bytes are: in memory, or in a file (an upload or a
+/// pull staged on disk, a stored version), which a compile worker reads
+/// itself so the host never holds the whole component.
+#[derive(Clone, Copy)]
+pub(crate) enum ComponentBytes<'a> {
+    Memory(&'a [u8]),
+    File(&'a Path),
 }
 
 /// Why a compile in the worker produced nothing.

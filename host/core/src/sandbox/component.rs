@@ -11,7 +11,7 @@ use std::sync::{Arc, PoisonError};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, InstancePre};
 
-use super::compile::{CompileError, compile_in_worker};
+use super::compile::{CompileError, ComponentBytes, compile_in_worker};
 use super::context::TaskState;
 use super::engine::Sandbox;
 use super::signature::{ActivityType, UnsupportedExport, exported_functions};
@@ -171,15 +171,6 @@ fn is_linked(import: &str) -> bool {
 
 /// Imports or exports a load error lists before "and N more".
 const MAX_LISTED_EXPORTS: usize = 20;
-
-/// Where a component's bytes are: in memory, or in a file (an upload or a
-/// pull staged on disk, a stored version), which a compile worker reads
-/// itself so the host never holds the whole component.
-#[derive(Clone, Copy)]
-pub(crate) enum ComponentBytes<'a> {
-    Memory(&'a [u8]),
-    File(&'a Path),
-}
 
 /// Checks the header: a component, not a core module or something else.
 fn check_header(header: &[u8]) -> Result<(), LoadError> {

@@ -3,122 +3,14 @@
 //! points that let a busy guest be timed out), and one linker holding every
 //! interface a guest may import.
 
-use std::num::NonZeroUsize;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::compile::CompileLimits;
+use super::config::{SandboxConfig, wasm_config};
 use super::context::{TaskState, add_context_to_linker};
-
-/// Host-wide settings of the sandbox. Per-tenant limits live in
-/// [`Limits`](super::Limits); these bound what any tenant can be given.
-#[derive(Debug, Clone)]
-pub struct SandboxConfig {
-    /// Component instances alive at once, host-wide: the size of the pooling
-    /// allocator. Each in-flight task holds one.
-    pub max_instances: u32,
-    /// The largest linear memory any instance may have (the pool's slot
-    /// size); a tenant's memory limit above it is refused.
-    pub max_memory: u64,
-    /// The largest table any instance may have, in elements.
-    pub max_table_elements: u64,
-    /// Fuel between two yields of a running guest to the async runtime:
-    /// what lets a deadline or a cancel end a guest that never returns, and
-    /// keeps one busy guest from holding a runtime thread. 10 million is
-    /// about a millisecond of a tight loop, a few of typical code.
-    pub yield_every_fuel: u64,
-    /// Where compiled components are cached (`None`: compile every load).
-    pub cache_dir: Option<PathBuf>,
-    /// Native stack available to a guest before it traps with a stack
-    /// overflow.
-    pub max_wasm_stack: usize,
-    /// Bytes at the start of a freed linear memory (and table) kept
-    /// resident and reset in place for the next instance; the rest is
-    /// decommitted. Every task pays a memset of this much, so it is small:
-    /// 64 KiB was as fast as 0 or 256 KiB for every guest language and
-    /// faster than 1 MiB (`host/benches/README.md`, "wasmtime 50").
-    pub memory_keep_resident: usize,
-    /// What one component may contain; a component needing more is refused
-    /// at load.
-    pub per_component: PerComponent,
-    /// Compile in a worker process with these limits (`None`: in this
-    /// process, for trusted components).
-    pub compile: Option<CompileLimits>,
-}
-
-/// The most core instances, memories and tables one component may contain
-/// (counted through all its nested modules): the pool holds this much for
-/// every instance slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PerComponent {
-    pub core_instances: u32,
-    pub memories: u32,
-    pub tables: u32,
-}
-
-impl Default for PerComponent {
-    /// Room for what the toolchains emit: componentize-py links a dozen
-    /// shared libraries as core instances sharing one memory and table;
-    /// Rust and JavaScript guests need a handful.
-    fn default() -> Self {
-        PerComponent {
-            core_instances: 32,
-            memories: 2,
-            tables: 4,
-        }
-    }
-}
-
-impl Default for SandboxConfig {
-    fn default() -> Self {
-        SandboxConfig {
-            max_instances: 1000,
-            max_memory: 1 << 30,
-            max_table_elements: 100_000,
-            yield_every_fuel: 10_000_000,
-            cache_dir: None,
-            max_wasm_stack: 1 << 20,
-            memory_keep_resident: 64 << 10,
-            per_component: PerComponent::default(),
-            compile: None,
-        }
-    }
-}
-
-/// The engine settings that decide compiled code, shared by the host and its
-/// compile worker (`compile`), whose artifacts the host loads: everything but
-/// the instance allocator.
-pub(crate) fn wasm_config(max_wasm_stack: usize) -> Config {
-    let mut wasm = Config::new();
-    // Fuel, not epochs, bounds a busy guest: fuel needs no ticker thread
-    // (waking one per task cost more CPU than the task), and it is
-    // compiled in anyway for tenants' CPU budgets.
-    wasm.consume_fuel(true)
-        // Never advanced: the epoch check is how the watchdog makes a
-        // guest that lives in host calls yield (see `watchdog`).
-        .epoch_interruption(true)
-        .wasm_backtrace_max_frames(NonZeroUsize::new(64))
-        .max_wasm_stack(max_wasm_stack)
-        .async_stack_size(fiber_stack_size(max_wasm_stack));
-    wasm
-}
-
-/// The native stack a task's guest runs on: the guest's own maximum and
-/// room for the host functions it calls.
-///
-/// Fiber stacks are not zeroed between tasks (wasmtime's
-/// `async_stack_zeroing`, a defence against its own bugs: guest code cannot
-/// address the native stack), so a used stack's pages stay resident for its
-/// pool slot's next task: at most this much per slot, 4–8 KiB for the
-/// examples (`--bench sandbox`). Zeroing would cost a memset and a madvise
-/// per task.
-pub fn fiber_stack_size(max_wasm_stack: usize) -> usize {
-    max_wasm_stack + (512 << 10)
-}
 
 /// The shared engine and linker.
 pub struct Sandbox {
@@ -138,6 +30,13 @@ pub(crate) type LoadedByDigest =
     std::collections::HashMap<String, std::sync::Weak<super::LoadedComponent>>;
 
 impl Sandbox {
+    /// Releases the memory the pool keeps resident for its free slots, if
+    /// no task has started for `idle` and none is running; the bytes
+    /// released, or `None` when the host is not idle (see `idle`).
+    pub fn release_idle_memory(&self, idle: std::time::Duration) -> Option<usize> {
+        self.activity.release(&self.engine, idle)
+    }
+
     /// Builds the engine and links WASI 0.2 and `corral:activity`.
     pub fn new(config: SandboxConfig) -> Result<Arc<Sandbox>> {
         if config.max_instances == 0 {
@@ -177,7 +76,7 @@ impl Sandbox {
             // budget, as the plain reset does, after a syscall over the
             // whole memory. Without it, the pool memsets
             // `memory_keep_resident` and decommits the rest
-            // (`host/benches/README.md`, "wasmtime 50").
+            // (`host/corral/benches/README.md`, "wasmtime 50").
             .pagemap_scan(Enabled::No);
 
         let mut wasm = wasm_config(config.max_wasm_stack);

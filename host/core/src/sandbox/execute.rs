@@ -1,32 +1,40 @@
 //! Running one task: a fresh store and instance per task, limits applied,
 //! the call raced against its deadline and cancellation, and however it
 //! ends classified into an [`Outcome`].
+//!
+//! [`Sandbox::execute`] reads as its steps: check the arguments, prepare the
+//! task's state (each capability's part built by its own module: output
+//! capture in `stdio`, WASI in `tenant`, HTTP with its policy in `http`, the
+//! limiter in `limits`, the activity context with its watchdog in
+//! `context`), configure the store, race the call against the deadline and
+//! cancellation, classify the ending (`outcome`), and finish.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use smallvec::SmallVec;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use wasmtime::component::types::{ResultType, Type};
-use wasmtime::component::{ResourceTable, Val};
+use wasmtime::component::Val;
+use wasmtime::component::types::Type;
 use wasmtime::{AsContext as _, CallHook, Store, UpdateDeadline};
-use wasmtime_wasi_http::WasiHttpCtx;
 
-use super::classify::{Evidence, classify, listed_names, shown_name};
+use super::classify::{listed_names, shown_name};
 use super::component::LoadedComponent;
-use super::context::{TaskInfo, TaskState};
-use super::convert::{self, from_json, to_json};
+use super::context::{TaskInfo, TaskParts, TaskState};
+use super::convert::from_json;
 use super::engine::Sandbox;
-use super::failure::{Failure, FailureClass, Outcome, RetryPolicy};
+use super::failure::{Failure, FailureClass, Outcome};
 use super::http::HttpPolicy;
 use super::limits::{Limiter, Limits};
 use super::observer::{Stream, TaskObserver, Unobserved};
-use super::secrets::Secrets;
-use super::stdio::{Capture, GuestOutput, TaskLabels};
+use super::outcome::{Ended, Ending, classify_ending, finish, json_len};
+use super::signature::ActivityType;
+use super::stdio::{Capture, GuestOutput};
+use super::task_id::TaskLabels;
 use super::tenant::PreparedTenant;
-use super::watchdog::{Interrupt, Verdict, Watchdog};
+use super::watchdog::{Verdict, Watchdog};
 use crate::sync::lock;
 use crate::trace::PHASES;
 
@@ -66,13 +74,6 @@ impl Task {
 /// One observer for every unobserved task, not one allocation per task.
 static UNOBSERVED: LazyLock<Arc<dyn TaskObserver>> = LazyLock::new(|| Arc::new(Unobserved));
 
-/// How the race between the guest, the deadline and cancellation ended.
-enum Ended {
-    Returned(wasmtime::Result<()>),
-    DeadlineReached(Duration),
-    Interrupted,
-}
-
 impl Sandbox {
     /// Runs one task to its classified outcome. Never panics on anything a
     /// guest or its input can do; the instance is gone when this returns.
@@ -80,108 +81,73 @@ impl Sandbox {
         &self,
         component: &LoadedComponent,
         tenant: &PreparedTenant,
-        task: Task,
+        mut task: Task,
     ) -> Outcome {
         let policy = &tenant.retry;
         let limits = &tenant.limits;
-        let Some(activity) = component.activity(&task.activity_type) else {
-            // The names are the guest's: bounded in number and length.
-            let known = listed_names(component.activities.iter().map(|a| &*a.name));
-            return Err(Failure::new(
-                FailureClass::UnknownActivity,
-                policy,
-                format!(
-                    "no activity type `{}` in component {} (it has: {known})",
-                    shown_name(&task.activity_type),
-                    component.digest,
-                ),
-            ));
-        };
-        let invalid_input =
-            |message: String| Failure::new(FailureClass::InvalidInput, policy, message);
-        if task.args.len() != activity.params.len() {
-            return Err(invalid_input(format!(
-                "`{}` takes {} argument(s), {}, but got {}",
-                activity.name,
-                activity.params.len(),
-                activity.signature(),
-                task.args.len()
-            )));
-        }
-        let input_size: usize = task.args.iter().map(json_len).sum();
-        if input_size > limits.max_input {
-            return Err(invalid_input(format!(
-                "the input is {input_size} bytes, over the limit of {} bytes",
-                limits.max_input
-            )));
-        }
-        // On the stack for the usual few parameters; a string, the
-        // commonest, moves into its value instead of being copied.
-        let mut params = SmallVec::<[Val; 4]>::with_capacity(task.args.len());
-        for ((name, ty), arg) in activity.params.iter().zip(task.args) {
-            let val = match (ty, arg) {
-                (Type::String, Value::String(text)) => Ok(Val::String(text)),
-                (ty, arg) => from_json(ty, &arg),
-            };
-            match val {
-                Ok(val) => params.push(val),
-                Err(e) => return Err(invalid_input(format!("parameter `{name}`: {e}"))),
-            }
-        }
-
+        let (activity, params) = arguments(component, tenant, &mut task)?;
         let timeout = match (task.deadline, limits.timeout) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        // Shared by the output capture, the HTTP policy and the store.
-        let labels = Arc::new(TaskLabels {
-            tenant: tenant.label.clone(),
-            activity_type: activity.name.clone(),
-            // Chosen by whoever started the activity: escaped and bounded.
-            activity_id: crate::shown::shown(&task.info.activity_id, crate::shown::MAX_NAME),
-        });
-        let secrets = tenant.capabilities.secrets.clone();
-        let capture = Capture::new(
-            labels.clone(),
-            task.observer.clone(),
-            secrets.clone(),
-            limits.max_stdio,
-        );
-        let wasi = match tenant.wasi_ctx(
-            GuestOutput::new(Stream::Stdout, &capture),
-            GuestOutput::new(Stream::Stderr, &capture),
-        ) {
-            Ok(wasi) => wasi,
-            Err(e) => return Err(Failure::new(FailureClass::Host, policy, e.to_string())),
-        };
-        let started = Instant::now();
+        let Prepared {
+            state,
+            capture,
+            started,
+        } = prepare(
+            tenant,
+            activity,
+            task.info,
+            &task.observer,
+            &task.cancel,
+            timeout,
+        )
+        .map_err(|e| Failure::new(FailureClass::Host, policy, e))?;
         // Counted in: idle pool memory is never released under a task.
         let _running = self.activity.enter(started).await;
-        let mut table = ResourceTable::new();
-        table.set_max_capacity(limits.max_handles);
-        let state = TaskState {
-            wasi,
-            table,
-            http: WasiHttpCtx::new(),
-            http_policy: HttpPolicy::new(
-                tenant.capabilities.http_hosts.clone(),
-                secrets.clone(),
-                limits.max_http_requests,
-                limits.max_http_bytes,
-                labels.clone(),
-            ),
-            config: tenant.config_vars(),
-            secrets: secrets.clone(),
-            limiter: Limiter::new(limits),
-            capture: capture.clone(),
-            info: task.info,
-            cancel: task.cancel.clone(),
-            observer: task.observer.clone(),
-            heartbeats: 0,
-            max_details: limits.max_output,
-            labels,
-            watchdog: Watchdog::new(started, timeout, limits.cancel_grace),
+        let mut store = self
+            .store(state, limits)
+            .map_err(|e| Failure::new(FailureClass::Host, policy, e))?;
+        let mut result = [Val::Bool(false)];
+        let results = &mut result[..usize::from(activity.result.is_some())];
+        let race = Race {
+            component,
+            activity,
+            params: &params,
+            timeout,
+            started,
+            cancel: &task.cancel,
+            grace: limits.cancel_grace,
+            observer: &task.observer,
         };
+        let ended = race.run(&mut store, results).await;
+        lock(&capture).finish();
+        let secrets = &tenant.capabilities.secrets;
+        let data = store.data();
+        let outcome = classify_ending(
+            ended,
+            Ending {
+                result_type: activity.result.as_ref(),
+                // The returned value moves into the outcome: a result's
+                // strings are not copied.
+                returned: results
+                    .first_mut()
+                    .map(|val| std::mem::replace(val, Val::Bool(false))),
+                limits,
+                policy,
+                secrets,
+                cancelled: task.cancel.is_cancelled(),
+                fired: data.watchdog.fired,
+                breach: data.limiter.breach.as_ref(),
+                capture: &capture,
+            },
+        );
+        finish(outcome, secrets, &data.http_policy.refusals())
+    }
+
+    /// A store for the task's state, configured: its limiter, the hostcall
+    /// bound, the watchdog's hooks, fuel and the yield interval.
+    fn store(&self, state: TaskState, limits: &Limits) -> Result<Store<TaskState>, String> {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         // What the guest may hand the host in one call (a result, heartbeat
@@ -222,130 +188,186 @@ impl Sandbox {
         });
         store.set_epoch_deadline(1);
         // The tenant's CPU budget, and a yield to the runtime every so much
-        // fuel: this is what lets the deadline and cancellation below end a
-        // guest that never returns, and keeps one busy guest from starving
+        // fuel: this is what lets the deadline and cancellation end a guest
+        // that never returns, and keeps one busy guest from starving
         // everything else.
-        if let Err(e) = store
+        store
             .set_fuel(limits.fuel.unwrap_or(u64::MAX))
             .and_then(|()| store.fuel_async_yield_interval(Some(self.config.yield_every_fuel)))
-        {
-            return Err(Failure::new(
-                FailureClass::Host,
-                policy,
-                format!("setting fuel: {e:#}"),
-            ));
-        }
-
-        let mut result = [Val::Bool(false)];
-        let results = &mut result[..usize::from(activity.result.is_some())];
-        let observer = task.observer.clone();
-        let ended = {
-            let call = async {
-                let instance = component
-                    .pre
-                    .instantiate_async(&mut store)
-                    .instrument(tracing::debug_span!(target: PHASES, "instantiate"))
-                    .await?;
-                observer.instantiated(started.elapsed());
-                let func = instance
-                    .get_func(&mut store, activity.export)
-                    .ok_or_else(|| {
-                        wasmtime::Error::msg(format!("export `{}` vanished", activity.name))
-                    })?;
-                func.call_async(&mut store, &params, results)
-                    .instrument(tracing::debug_span!(target: PHASES, "guest"))
-                    .await
-            };
-            let deadline = async {
-                match timeout {
-                    Some(t) => tokio::time::sleep_until((started + t).into()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let interrupt = async {
-                task.cancel.cancelled().await;
-                tokio::time::sleep(limits.cancel_grace).await;
-            };
-            tokio::select! {
-                biased;
-                returned = call => Ended::Returned(returned),
-                () = deadline => Ended::DeadlineReached(timeout.unwrap_or_default()),
-                () = interrupt => Ended::Interrupted,
-            }
-        };
-        lock(&capture).finish();
-
-        let outcome = match ended {
-            Ended::Returned(Ok(())) => {
-                // The returned value moves into the outcome: a result's
-                // strings are not copied.
-                let returned = results
-                    .first_mut()
-                    .map(|val| std::mem::replace(val, Val::Bool(false)));
-                let outcome =
-                    result_to_outcome(activity.result.as_ref(), returned, limits, policy, &secrets);
-                match outcome {
-                    Err(failure)
-                        if task.cancel.is_cancelled()
-                            && failure.class == FailureClass::Application =>
-                    {
-                        Err(Failure {
-                            class: FailureClass::Cancelled,
-                            kind: FailureClass::Cancelled.as_str().to_owned(),
-                            retryable: policy.retryable(FailureClass::Cancelled),
-                            message: format!("cancelled; the guest stopped: {}", failure.message),
-                            details: failure.details,
-                        })
-                    }
-                    other => other,
-                }
-            }
-            Ended::Returned(Err(error)) => match store.data().watchdog.fired {
-                Some(Interrupt::Deadline(limit)) => Err(timeout_failure(limit, policy)),
-                Some(Interrupt::Cancel(grace)) => Err(interrupted_failure(grace, policy)),
-                None => {
-                    let tail = lock(&capture).stderr_tail();
-                    let evidence = Evidence {
-                        breach: store.data().limiter.breach.as_ref(),
-                        fuel: limits.fuel,
-                        max_output: limits.max_output,
-                        max_handles: limits.max_handles,
-                        stderr_tail: tail,
-                    };
-                    Err(classify(&error, &evidence, policy))
-                }
-            },
-            Ended::DeadlineReached(limit) => Err(timeout_failure(limit, policy)),
-            Ended::Interrupted => Err(interrupted_failure(limits.cancel_grace, policy)),
-        };
-        let refusals = store.data().http_policy.refusals();
-        finish(outcome, &secrets, &refusals)
+            .map_err(|e| format!("setting fuel: {e:#}"))?;
+        Ok(store)
     }
 }
 
-/// What leaves the sandbox: every secret value redacted, and a failure
-/// told which outbound requests corral refused (the guest saw only the
-/// standard `wasi:http` error code).
-fn finish(outcome: Outcome, secrets: &Secrets, refusals: &[String]) -> Outcome {
-    match outcome {
-        Ok(mut value) => {
-            secrets.redact_json(&mut value);
-            Ok(value)
+/// The activity the task names and its arguments as WIT values, or why
+/// they cannot be.
+fn arguments<'c>(
+    component: &'c LoadedComponent,
+    tenant: &PreparedTenant,
+    task: &mut Task,
+) -> Result<(&'c ActivityType, SmallVec<[Val; 4]>), Failure> {
+    let policy = &tenant.retry;
+    let Some(activity) = component.activity(&task.activity_type) else {
+        // The names are the guest's: bounded in number and length.
+        let known = listed_names(component.activities.iter().map(|a| &*a.name));
+        return Err(Failure::new(
+            FailureClass::UnknownActivity,
+            policy,
+            format!(
+                "no activity type `{}` in component {} (it has: {known})",
+                shown_name(&task.activity_type),
+                component.digest,
+            ),
+        ));
+    };
+    let invalid_input = |message: String| Failure::new(FailureClass::InvalidInput, policy, message);
+    if task.args.len() != activity.params.len() {
+        return Err(invalid_input(format!(
+            "`{}` takes {} argument(s), {}, but got {}",
+            activity.name,
+            activity.params.len(),
+            activity.signature(),
+            task.args.len()
+        )));
+    }
+    let input_size: usize = task.args.iter().map(json_len).sum();
+    if input_size > tenant.limits.max_input {
+        return Err(invalid_input(format!(
+            "the input is {input_size} bytes, over the limit of {} bytes",
+            tenant.limits.max_input
+        )));
+    }
+    // On the stack for the usual few parameters; a string, the commonest,
+    // moves into its value instead of being copied.
+    let mut params = SmallVec::<[Val; 4]>::with_capacity(task.args.len());
+    for ((name, ty), arg) in activity.params.iter().zip(task.args.drain(..)) {
+        let val = match (ty, arg) {
+            (Type::String, Value::String(text)) => Ok(Val::String(text)),
+            (ty, arg) => from_json(ty, &arg),
+        };
+        match val {
+            Ok(val) => params.push(val),
+            Err(e) => return Err(invalid_input(format!("parameter `{name}`: {e}"))),
         }
-        Err(mut failure) => {
-            if !refusals.is_empty() {
-                failure.message = format!(
-                    "{} (corral refused outbound HTTP: {})",
-                    failure.message,
-                    refusals.join("; ")
-                );
+    }
+    Ok((activity, params))
+}
+
+/// A task's state, built from the prepared tenant and the task.
+struct Prepared {
+    state: TaskState,
+    /// The task's output capture, also held by the state's streams.
+    capture: Arc<Mutex<Capture>>,
+    /// When the attempt started: its deadline counts from here.
+    started: Instant,
+}
+
+/// Builds the task's state, each capability's part by its own module.
+fn prepare(
+    tenant: &PreparedTenant,
+    activity: &ActivityType,
+    info: TaskInfo,
+    observer: &Arc<dyn TaskObserver>,
+    cancel: &CancellationToken,
+    timeout: Option<Duration>,
+) -> Result<Prepared, String> {
+    let limits = &tenant.limits;
+    // Shared by the output capture, the HTTP policy and the store.
+    let labels = Arc::new(TaskLabels {
+        tenant: tenant.label.clone(),
+        activity_type: activity.name.clone(),
+        // Chosen by whoever started the activity: escaped and bounded.
+        activity_id: crate::shown::shown(&info.activity_id, crate::shown::MAX_NAME),
+    });
+    let secrets = &tenant.capabilities.secrets;
+    let capture = Capture::new(
+        labels.clone(),
+        observer.clone(),
+        secrets.clone(),
+        limits.max_stdio,
+    );
+    let wasi = tenant
+        .wasi_ctx(
+            GuestOutput::new(Stream::Stdout, &capture),
+            GuestOutput::new(Stream::Stderr, &capture),
+        )
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let http_policy = HttpPolicy::new(
+        tenant.capabilities.http_hosts.clone(),
+        secrets.clone(),
+        limits.max_http_requests,
+        limits.max_http_bytes,
+        labels.clone(),
+    );
+    let state = TaskState::new(TaskParts {
+        wasi,
+        max_handles: limits.max_handles,
+        http_policy,
+        config: tenant.config_vars(),
+        secrets: secrets.clone(),
+        limiter: Limiter::new(limits),
+        capture: capture.clone(),
+        info,
+        cancel: cancel.clone(),
+        observer: observer.clone(),
+        max_details: limits.max_output,
+        labels,
+        watchdog: Watchdog::new(started, timeout, limits.cancel_grace),
+    });
+    Ok(Prepared {
+        state,
+        capture,
+        started,
+    })
+}
+
+/// The call, raced against the deadline and cancellation.
+struct Race<'a> {
+    component: &'a LoadedComponent,
+    activity: &'a ActivityType,
+    params: &'a [Val],
+    timeout: Option<Duration>,
+    started: Instant,
+    cancel: &'a CancellationToken,
+    grace: Duration,
+    observer: &'a Arc<dyn TaskObserver>,
+}
+
+impl Race<'_> {
+    async fn run(self, store: &mut Store<TaskState>, results: &mut [Val]) -> Ended {
+        let call = async {
+            let instance = self
+                .component
+                .pre
+                .instantiate_async(&mut *store)
+                .instrument(tracing::debug_span!(target: PHASES, "instantiate"))
+                .await?;
+            self.observer.instantiated(self.started.elapsed());
+            let func = instance
+                .get_func(&mut *store, self.activity.export)
+                .ok_or_else(|| {
+                    wasmtime::Error::msg(format!("export `{}` vanished", self.activity.name))
+                })?;
+            func.call_async(&mut *store, self.params, results)
+                .instrument(tracing::debug_span!(target: PHASES, "guest"))
+                .await
+        };
+        let deadline = async {
+            match self.timeout {
+                Some(t) => tokio::time::sleep_until((self.started + t).into()).await,
+                None => std::future::pending().await,
             }
-            failure.message = secrets.redact(&failure.message).into_owned();
-            if let Some(details) = failure.details.as_mut() {
-                secrets.redact_json(details);
-            }
-            failure.kind = secrets.redact(&failure.kind).into_owned();
-            Err(failure)
+        };
+        let interrupt = async {
+            self.cancel.cancelled().await;
+            tokio::time::sleep(self.grace).await;
+        };
+        tokio::select! {
+            biased;
+            returned = call => Ended::Returned(returned),
+            () = deadline => Ended::DeadlineReached(self.timeout.unwrap_or_default()),
+            () = interrupt => Ended::Interrupted,
         }
     }
 }
@@ -355,256 +377,4 @@ fn finish(outcome: Outcome, secrets: &Secrets, refusals: &[String]) -> Outcome {
 /// string), and every element of a JSON output is at least a byte of it.
 fn hostcall_fuel(max_output: usize) -> usize {
     max_output.saturating_mul(size_of::<Val>())
-}
-
-/// The attempt ran past its deadline (found by the executor's race or by
-/// the watchdog in a host call: the same failure either way).
-fn timeout_failure(limit: Duration, policy: &RetryPolicy) -> Failure {
-    Failure::new(
-        FailureClass::Timeout,
-        policy,
-        Interrupt::Deadline(limit).to_string(),
-    )
-    .with_details(json!({ "limit": "timeout", "value_ms": limit.as_millis() as u64 }))
-}
-
-/// A cancelled guest did not stop within its grace period.
-fn interrupted_failure(grace: Duration, policy: &RetryPolicy) -> Failure {
-    Failure::new(
-        FailureClass::Cancelled,
-        policy,
-        Interrupt::Cancel(grace).to_string(),
-    )
-}
-
-/// Turns what the guest returned into the outcome.
-fn result_to_outcome(
-    ty: Option<&Type>,
-    val: Option<Val>,
-    limits: &Limits,
-    policy: &RetryPolicy,
-    secrets: &Secrets,
-) -> Outcome {
-    let invalid = |message: String| Failure::new(FailureClass::InvalidOutput, policy, message);
-    // (A failure is bounded in `guest_failure`, by its own message.)
-    if let Some(val) = &val
-        && !matches!(val, Val::Result(Err(_)))
-    {
-        let least = convert::json_size_at_least(val);
-        if least > limits.max_output {
-            return Err(invalid(format!(
-                "the result is at least {least} bytes, over the limit of {} bytes",
-                limits.max_output
-            )));
-        }
-    }
-    let value = match (ty, val) {
-        (None, _) => Value::Null,
-        (Some(Type::Result(result)), Some(Val::Result(returned))) => match returned {
-            Ok(ok) => convert::payload_to_json(result.ok(), ok.map(|v| *v))
-                .map_err(|e| invalid(format!("the result {e}")))?,
-            Err(err) => {
-                return Err(guest_failure(
-                    result,
-                    err.map(|v| *v),
-                    limits,
-                    policy,
-                    secrets,
-                ));
-            }
-        },
-        (Some(ty), Some(val)) => {
-            to_json(ty, val).map_err(|e| invalid(format!("the result {e}")))?
-        }
-        (Some(_), None) => return Err(invalid("the guest returned no result".into())),
-    };
-    let size = json_len(&value);
-    if size > limits.max_output {
-        return Err(invalid(format!(
-            "the result is {size} bytes, over the limit of {} bytes",
-            limits.max_output
-        )));
-    }
-    Ok(value)
-}
-
-/// A guest's `err(...)`: the `corral:activity/types.failure` record keeps
-/// the guest's kind, retryable flag and details; any other error type is a
-/// retryable `Application` failure with the error value as details.
-fn guest_failure(
-    result: &ResultType,
-    err: Option<Val>,
-    limits: &Limits,
-    policy: &RetryPolicy,
-    secrets: &Secrets,
-) -> Failure {
-    let err = match err {
-        Some(Val::Record(fields)) => match failure_record(fields) {
-            Ok(failure) => return bounded(failure, limits, policy),
-            Err(fields) => Some(Val::Record(fields)),
-        },
-        other => other,
-    };
-    let details = match convert::payload_to_json(result.err(), err) {
-        Ok(details) => details,
-        Err(e) => {
-            return Failure::new(
-                FailureClass::InvalidOutput,
-                policy,
-                format!("the error value {e}"),
-            );
-        }
-    };
-    // Redacted before it is cut: a value spanning the cut would leave its
-    // start in the message.
-    let mut shown = secrets.redact(&details.to_string()).into_owned();
-    if shown.len() > 200 {
-        shown = format!("{}…", shown.chars().take(200).collect::<String>());
-    }
-    Failure::new(
-        FailureClass::Application,
-        policy,
-        format!("the activity returned an error: {shown}"),
-    )
-    .with_details(details)
-}
-
-/// The guest's own failure record, or `InvalidOutput` if it is over the
-/// output limit.
-fn bounded(failure: Failure, limits: &Limits, policy: &RetryPolicy) -> Failure {
-    let size = failure.message.len() + failure.details.as_ref().map_or(0, json_len);
-    if size > limits.max_output {
-        return Failure::new(
-            FailureClass::InvalidOutput,
-            policy,
-            format!(
-                "the guest's failure is {size} bytes, over the limit of {} bytes",
-                limits.max_output
-            ),
-        );
-    }
-    failure
-}
-
-/// Reads a `corral:activity/types.failure` record (matched by shape), its
-/// strings moved out; any other record is handed back as it was.
-fn failure_record(fields: Vec<(String, Val)>) -> Result<Failure, Vec<(String, Val)>> {
-    let [message, kind, retryable, details] = <[(String, Val); 4]>::try_from(fields)?;
-    let (message, kind, retryable, details) = match (message, kind, retryable, details) {
-        (
-            (message_name, Val::String(message)),
-            (kind_name, Val::String(kind)),
-            (retryable_name, Val::Bool(retryable)),
-            (details_name, Val::Option(details)),
-        ) if (
-            message_name.as_str(),
-            kind_name.as_str(),
-            retryable_name.as_str(),
-            details_name.as_str(),
-        ) == ("message", "kind", "retryable", "details")
-            && matches!(details.as_deref(), None | Some(Val::String(_))) =>
-        {
-            (message, kind, retryable, details)
-        }
-        (message, kind, retryable, details) => return Err(vec![message, kind, retryable, details]),
-    };
-    let details = match details.map(|d| *d) {
-        Some(Val::String(text)) => Some(serde_json::from_str(&text).unwrap_or(Value::String(text))),
-        _ => None,
-    };
-    Ok(Failure {
-        class: FailureClass::Application,
-        kind: if kind.is_empty() {
-            "Application".to_owned()
-        } else {
-            kind
-        },
-        retryable,
-        message,
-        details,
-    })
-}
-
-/// The length of `value` serialized as compact JSON, without building the
-/// string: size limits are checked on every task's input and output.
-fn json_len(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing a `Value` to an infallible writer cannot fail.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{failure_record, json_len};
-    use serde_json::{Value, json};
-    use wasmtime::component::Val;
-
-    fn record(names: [&str; 4], details: Option<Val>) -> Vec<(String, Val)> {
-        let values = [
-            Val::String("declined".into()),
-            Val::String("Payment".into()),
-            Val::Bool(false),
-            Val::Option(details.map(Box::new)),
-        ];
-        names.map(str::to_owned).into_iter().zip(values).collect()
-    }
-
-    #[test]
-    fn a_failure_record_moves_its_fields_into_the_failure() {
-        let names = ["message", "kind", "retryable", "details"];
-        let failure = failure_record(record(names, Some(Val::String(r#"{"a":1}"#.into()))))
-            .map_err(|fields| format!("{fields:?}"))
-            .unwrap();
-        assert_eq!(
-            (
-                failure.message.as_str(),
-                failure.kind.as_str(),
-                failure.retryable
-            ),
-            ("declined", "Payment", false)
-        );
-        assert_eq!(failure.details, Some(json!({"a": 1})));
-        let failure = failure_record(record(names, Some(Val::String("not json".into()))))
-            .map_err(|fields| format!("{fields:?}"))
-            .unwrap();
-        assert_eq!(failure.details, Some(Value::String("not json".into())));
-    }
-
-    #[test]
-    fn any_other_record_is_handed_back_whole() {
-        let renamed = record(["message", "kind", "retry", "details"], None);
-        assert_eq!(failure_record(renamed.clone()).err(), Some(renamed));
-        let numeric_details = record(
-            ["message", "kind", "retryable", "details"],
-            Some(Val::U32(7)),
-        );
-        assert_eq!(
-            failure_record(numeric_details.clone()).err(),
-            Some(numeric_details)
-        );
-        let short = vec![("message".to_owned(), Val::String("x".into()))];
-        assert_eq!(failure_record(short.clone()).err(), Some(short));
-    }
-
-    #[test]
-    fn json_len_is_the_compact_serialized_length() {
-        for value in [
-            json!(null),
-            json!("héllo \"x\""),
-            json!({"a": [1, 2.5, {"b": null}]}),
-        ] {
-            assert_eq!(json_len(&value), value.to_string().len());
-        }
-    }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use super::engine::Sandbox;
+use wasmtime::Engine;
 
 /// The bit of [`Activity::state`] set while a release runs; the rest count
 /// the tasks in the sandbox.
@@ -81,22 +81,20 @@ impl Activity {
     }
 }
 
-impl Sandbox {
-    /// Releases the memory the pool keeps resident for its free slots, if
-    /// no task has started for `idle` and none is running; the bytes
-    /// released, or `None` when the host is not idle.
-    pub fn release_idle_memory(&self, idle: Duration) -> Option<usize> {
-        let activity = &self.activity;
-        if activity.idle_for(Instant::now()) < idle {
+impl Activity {
+    /// Releases the memory `engine`'s pool keeps resident for its free
+    /// slots, if no task has started for `idle` and none is running; the
+    /// bytes released, or `None` when the host is not idle.
+    pub(crate) fn release(&self, engine: &Engine, idle: Duration) -> Option<usize> {
+        if self.idle_for(Instant::now()) < idle {
             return None;
         }
-        activity
-            .state
+        self.state
             .compare_exchange(0, RELEASING, Ordering::AcqRel, Ordering::Acquire)
             .ok()?;
-        let released = self.engine.release_idle_pool_memory();
-        activity.state.fetch_and(!RELEASING, Ordering::AcqRel);
-        activity.released.notify_waiters();
+        let released = engine.release_idle_pool_memory();
+        self.state.fetch_and(!RELEASING, Ordering::AcqRel);
+        self.released.notify_waiters();
         Some(released)
     }
 }

@@ -43,18 +43,25 @@ pub struct Limits {
     pub max_http_bytes: u64,
 }
 
+/// A tenant's wall-clock time per attempt unless it says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The defaults of a tenant's limits, stated once: `corral serve`'s
+/// configuration, `corral test` files, `corral run`, `corral dev` and the
+/// test harness all start from these (`docs/operating-safely.md` lists them;
+/// a test holds the two together).
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             memory: 128 << 20,
             table_elements: 100_000,
             instances: 256,
-            timeout: Some(Duration::from_secs(60)),
+            timeout: Some(DEFAULT_TIMEOUT),
             fuel: None,
             max_input: 4 << 20,
             max_output: 4 << 20,
             max_stdio: 1 << 20,
-            cancel_grace: Duration::from_secs(2),
+            cancel_grace: Duration::from_secs(5),
             max_handles: 1024,
             max_http_requests: 100,
             max_http_bytes: 64 << 20,

@@ -6,8 +6,10 @@ mod capabilities;
 mod classify;
 mod compile;
 mod component;
+mod config;
 mod context;
 pub mod convert;
+mod destination;
 mod engine;
 mod execute;
 mod failure;
@@ -15,22 +17,27 @@ mod http;
 mod idle;
 mod limits;
 mod observer;
+mod outcome;
 mod secrets;
 mod signature;
 mod stdio;
+mod task_id;
 mod tenant;
 mod watchdog;
 
 pub use capabilities::{Capabilities, DirGrant, DirGrantError, DirMode};
 pub use classify::{listed_names, shown_name};
-pub use compile::{CompileError, CompileLimits, worker_main as compile_worker_main};
+pub use compile::{CompileError, worker_main as compile_worker_main};
 pub use component::{LoadError, LoadedComponent};
+pub use config::{CompileLimits, PerComponent, SandboxConfig, fiber_stack_size};
 pub use context::TaskInfo;
-pub use engine::{PerComponent, Sandbox, SandboxConfig, fiber_stack_size};
+pub use destination::{GrantError, HttpGrant, HttpHost};
+pub use engine::Sandbox;
 pub use execute::Task;
 pub use failure::{Failure, FailureClass, Outcome, RetryPolicy};
-pub use http::{GrantError, HttpGrant, HttpHost};
-pub use limits::{Limits, QuantityError, format_bytes, parse_bytes, parse_duration};
+pub use limits::{
+    DEFAULT_TIMEOUT, Limits, QuantityError, format_bytes, parse_bytes, parse_duration,
+};
 pub use observer::{LogLevel, Stream, TaskObserver, Unobserved};
 pub use secrets::{PLACEHOLDER_PREFIX, SecretError, SecretHost, SecretSource, SecretSpec, Secrets};
 pub use signature::{

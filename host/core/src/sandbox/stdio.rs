@@ -16,6 +16,7 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 use super::observer::{Stream, TaskObserver};
 use super::secrets::Secrets;
+use super::task_id::TaskLabels;
 use crate::shown::Escaped;
 use crate::sync::lock;
 
@@ -27,14 +28,6 @@ const STDERR_TAIL: usize = 2048;
 /// as a log event with the task's labels, so an empty line is not free (4 MiB
 /// of newlines were 10 MiB of host log when lines cost only their bytes).
 pub(crate) const LINE_COST: usize = 64;
-
-/// Who is writing, for log fields.
-#[derive(Debug, Clone, Default)]
-pub struct TaskLabels {
-    pub tenant: Arc<str>,
-    pub activity_type: Arc<str>,
-    pub activity_id: String,
-}
 
 /// The budget and bookkeeping shared by both streams of one task.
 pub(crate) struct Capture {

@@ -23,7 +23,7 @@ pub struct Tenant {
     pub name: String,
     pub limits: Limits,
     /// Its share of the host's cores, and its cap.
-    pub cpu: crate::session::cpu::CpuShare,
+    pub cpu: crate::share::CpuShare,
     pub capabilities: Capabilities,
     pub retry: RetryPolicy,
 }

@@ -6,8 +6,8 @@
 //! deadlines, and read back the outcome, heartbeats, log lines and output.
 //!
 //! ```no_run
-//! use corral_harness::sandbox::FailureClass;
-//! use corral_harness::testing::TestHost;
+//! use corral_core::sandbox::FailureClass;
+//! use corral_core::testing::TestHost;
 //! use serde_json::json;
 //! use std::time::Duration;
 //!

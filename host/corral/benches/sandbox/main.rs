@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use corral::sandbox::{
+use corral_core::sandbox::{
     Limits, PreparedTenant, Sandbox, SandboxConfig, Task, Tenant, fiber_stack_size,
 };
 use serde_json::json;
@@ -37,7 +37,7 @@ const ROUNDS: usize = 7;
 const TASKS_PER_ROUND: usize = 2000;
 
 fn example(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/dist/{name}.wasm"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../examples/dist/{name}.wasm"))
 }
 
 fn median(mut samples: Vec<f64>) -> f64 {

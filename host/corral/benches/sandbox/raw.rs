@@ -3,7 +3,7 @@
 //! and `wasi:http` linked and nothing of corral's.
 
 use anyhow::{Context, Result};
-use corral::sandbox::{LoadedComponent, Sandbox};
+use corral_core::sandbox::{LoadedComponent, Sandbox};
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable};
 use wasmtime::{Engine, Store};

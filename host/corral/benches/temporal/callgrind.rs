@@ -96,7 +96,7 @@ pub async fn bench(
         version.is_ok_and(|v| v.status.success()),
         "CORRAL_BENCH_CALLGRIND needs valgrind (apt-get install valgrind)"
     );
-    let echo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/dist/echo.wasm");
+    let echo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/dist/echo.wasm");
     let config = dir.join("callgrind.toml");
     std::fs::write(
         &config,
@@ -237,7 +237,7 @@ fn category(f: &Function) -> &'static str {
             "Temporal worker core, SDK"
         }
         n if n.starts_with("wasmtime") || n.starts_with("cranelift") => "wasmtime",
-        "corral" | "corral_harness" => "corral",
+        "corral" | "corral_core" => "corral",
         "serde_json" | "serde" => "JSON",
         n if n.starts_with("tracing") || n.starts_with("opentelemetry") => "tracing",
         "core" | "alloc" | "std" | "hashbrown" | "indexmap" | "memchr" | "smallvec" => {

@@ -40,7 +40,7 @@ pub async fn bench(
     binary: &std::ffi::OsStr,
     rounds: usize,
 ) -> Result<()> {
-    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/dist");
+    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/dist");
     let mut toml = format!("[host]\nmax_concurrent = {CONCURRENCY}\n");
     for (language, file, _, _) in GUESTS {
         let component = dist.join(format!("{file}.wasm"));

@@ -188,7 +188,7 @@ impl Worker {
 }
 
 async fn bench() -> Result<()> {
-    let echo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/dist/echo.wasm");
+    let echo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/dist/echo.wasm");
     anyhow::ensure!(echo.exists(), "build the examples first: examples/build.sh");
     let dir = std::env::temp_dir().join(format!("corral-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;

@@ -11,8 +11,8 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
 use corral::control::api::UPLOAD_CHUNK;
-use corral::control::generate_token;
 use corral::control::proto::{self, admin_client::AdminClient, run_response, upload_request};
+use corral::token::generate_token;
 
 use super::{error_exit, key_value, usage_error};
 
@@ -290,7 +290,7 @@ pub async fn list(args: ConnOnly) -> ExitCode {
             c.tenant,
             c.name,
             if c.active { "yes" } else { "" },
-            corral::sandbox::format_bytes(c.size),
+            corral_core::sandbox::format_bytes(c.size),
             time_text(c.uploaded_at_ms),
             c.digest
         );
@@ -309,7 +309,7 @@ pub async fn describe(args: DigestArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!("{} of `{}` (tenant {})", c.digest, c.name, c.tenant);
-    println!("  size:     {}", corral::sandbox::format_bytes(c.size));
+    println!("  size:     {}", corral_core::sandbox::format_bytes(c.size));
     println!("  uploaded: {}", time_text(c.uploaded_at_ms));
     println!("  active:   {}", if c.active { "yes" } else { "no" });
     for (k, v) in &c.labels {
@@ -517,7 +517,7 @@ pub fn token(args: TokenArgs) -> ExitCode {
         Err(e) => return usage_error(format!("no randomness available: {e}")),
     };
     if args.json {
-        println!("{}", json!({"token": token, "sha256": hash}));
+        println!("{}", json!({"token": token, "sha256": hash.to_string()}));
     } else {
         println!("token:  {token}");
         println!("sha256: {hash}");

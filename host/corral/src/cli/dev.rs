@@ -15,12 +15,12 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use corral::config::{ComponentSource, Config, ConfigError};
-use corral::control::auth::generate_token;
-use corral::control::metadata::{MAX_KEY as MAX_NAME, name_char};
 use corral::control::{Catalog, ControlError, NewVersion};
 use corral::dev_server::{dev_server_args, free_loopback_port};
-use corral::sandbox::{LoadedComponent, convert};
 use corral::staging::StageError;
+use corral::token::{TokenHash, generate_token};
+use corral_core::name::{MAX_NAME, name_char};
+use corral_core::sandbox::{LoadedComponent, convert};
 use serde_json::Value;
 
 use super::serve::{run, signal_shutdown};
@@ -55,7 +55,7 @@ pub struct Args {
 struct DevAdmin {
     listen: String,
     data_dir: PathBuf,
-    token_sha256: String,
+    token_sha256: TokenHash,
 }
 
 /// Why one of `corral dev`'s files is not served.
@@ -110,7 +110,7 @@ components = [{components}]
         components = components.join(", "),
         listen = quote(&admin.listen),
         data_dir = quote(&admin.data_dir.display().to_string()),
-        token = quote(&admin.token_sha256),
+        token = quote(&admin.token_sha256.to_string()),
     );
     Config::parse(&text, Path::new("."))
 }
@@ -353,7 +353,7 @@ async fn deploy_file(
     // Read and hashed off the runtime's threads.
     let staged = tokio::task::spawn_blocking(move || staging.staging().copy_of(&file))
         .await
-        .map_err(|e| ControlError::Internal(format!("staging stopped: {e}")))??;
+        .map_err(|e| ControlError::host("staging", e))??;
     let version = NewVersion {
         name,
         aliases: Default::default(),
@@ -364,7 +364,7 @@ async fn deploy_file(
     };
     let (view, _) = catalog.upload(TENANT, version, staged).await?;
     view.component
-        .ok_or_else(|| ControlError::Internal("deployed, but not loaded".into()).into())
+        .ok_or_else(|| ControlError::host("deploying", "deployed, but not loaded").into())
 }
 
 /// Each file with the deployment it serves as: its stem, with anything a

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use corral::sandbox::Sandbox;
+use corral_core::sandbox::Sandbox;
 
 use super::{CacheArgs, RegistryArgs, error_exit, read_component, usage_error};
 

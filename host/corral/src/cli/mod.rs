@@ -18,7 +18,7 @@ use clap::{Parser, Subcommand};
 
 use corral::error_chain;
 pub(crate) use corral::log::{CLI_LOG, ExtraLayer, SERVER_LOG, init_tracing, init_tracing_with};
-use corral::sandbox::SandboxConfig;
+use corral_core::sandbox::SandboxConfig;
 
 #[derive(Parser)]
 #[command(
@@ -231,7 +231,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // No runtime and no logs: it compiles one component and exits.
     if let Command::CompileWorker(args) = &cli.command {
-        return corral::sandbox::compile_worker_main(args.max_wasm_stack);
+        return corral_core::sandbox::compile_worker_main(args.max_wasm_stack);
     }
     // Two TLS crypto providers are linked (ring for tonic, aws-lc-rs for the
     // OCI client's token handling), so rustls cannot choose one itself: the

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use corral::oci::{self, ACTIVITY_TYPES_ANNOTATION, OciRef};
-use corral::sandbox::Sandbox;
+use corral_core::sandbox::Sandbox;
 
 use super::{CacheArgs, RegistryArgs, error_exit, usage_error};
 

@@ -7,12 +7,12 @@ use std::time::Duration;
 use serde_json::Value;
 
 use corral::connectors::local::{LocalLoop, Submission};
-use corral::metrics::Metrics;
-use corral::sandbox::{
+use corral_core::metrics::Metrics;
+use corral_core::sandbox::{
     Capabilities, DirGrant, FailureClass, HttpGrant, LogLevel, Sandbox, Stream, TaskInfo,
     TaskObserver, Tenant, parse_bytes, parse_duration,
 };
-use corral::session::{Permits, Registry, Session};
+use corral_core::session::{Permits, Registry, Session};
 
 use super::{CacheArgs, RegistryArgs, error_exit, key_value, read_component, usage_error};
 
@@ -25,12 +25,12 @@ pub struct Args {
     /// One JSON value per WIT parameter.
     #[arg(value_name = "ARG_JSON", allow_negative_numbers = true)]
     args: Vec<String>,
-    /// Linear memory limit.
-    #[arg(long, default_value = "128MiB", value_parser = parse_bytes)]
-    memory: u64,
-    /// Wall-clock deadline.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
-    timeout: Duration,
+    /// Linear memory limit [default: a tenant's, 128MiB].
+    #[arg(long, value_parser = parse_bytes)]
+    memory: Option<u64>,
+    /// Wall-clock deadline [default: a tenant's, 5m].
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
     /// CPU budget in fuel units.
     #[arg(long)]
     fuel: Option<u64>,
@@ -112,12 +112,17 @@ pub async fn run(args: Args) -> ExitCode {
         },
         ..Tenant::default()
     };
-    tenant.limits.memory = args.memory;
-    tenant.limits.timeout = Some(args.timeout);
+    // A tenant's defaults (`Limits::default()`) unless the flags say otherwise.
+    if let Some(memory) = args.memory {
+        tenant.limits.memory = memory;
+    }
+    if let Some(timeout) = args.timeout {
+        tenant.limits.timeout = Some(timeout);
+    }
     tenant.limits.fuel = args.fuel;
 
     let mut config = args.cache.sandbox_config();
-    config.max_memory = config.max_memory.max(args.memory);
+    config.max_memory = config.max_memory.max(tenant.limits.memory);
     let sandbox = match Sandbox::new(config) {
         Ok(sandbox) => sandbox,
         Err(e) => return usage_error(format!("{e:#}")),
@@ -146,7 +151,7 @@ pub async fn run(args: Args) -> ExitCode {
     let submitted = running.local().submit(Submission {
         tenant: TENANT.to_owned(),
         activity_type: args.activity_type,
-        args: corral::session::Args::Positional(json_args),
+        args: corral_core::session::Args::Positional(json_args),
         info: TaskInfo {
             activity_id: "cli".to_owned(),
             attempt: args.attempt,

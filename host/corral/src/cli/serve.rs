@@ -16,9 +16,9 @@ use corral::connectors::temporal::{self, Connections, TemporalConnector};
 use corral::control::follow::Follower;
 use corral::control::store::Index;
 use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, api, server};
-use corral::metrics::Metrics;
-use corral::sandbox::{CompileLimits, Sandbox, SandboxConfig, Secrets};
-use corral::session::{Connector, Permits, Registry, Session};
+use corral_core::metrics::Metrics;
+use corral_core::sandbox::{CompileLimits, Sandbox, SandboxConfig, Secrets};
+use corral_core::session::{Connector, Permits, Registry, Session};
 
 use super::{
     ExtraLayer, SERVER_LOG, default_cache_dir, error_exit, init_tracing, init_tracing_with,
@@ -297,11 +297,11 @@ pub async fn run(
         let service = AdminService {
             catalog: catalog.clone(),
             auth: Auth::new(
-                config.host.operator_token_sha256.as_deref(),
+                config.host.operator_token_sha256,
                 config
                     .tenants
                     .iter()
-                    .map(|t| (t.tenant.name.as_str(), t.token_sha256.as_deref())),
+                    .map(|t| (t.tenant.name.as_str(), t.token_sha256)),
             ),
             session: session.clone(),
             local,
@@ -337,7 +337,7 @@ pub async fn run(
             metrics,
             permits.clone(),
             tenants,
-            config.host.metrics_token_sha256.clone(),
+            config.host.metrics_token_sha256,
             follower.clone(),
             endpoints.clone(),
         )

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::{ConfigError, invalid};
-use crate::sandbox::{
+use corral_core::sandbox::{
     Capabilities, DirGrant, DirMode, GrantError, HttpGrant, SecretHost, SecretSource, SecretSpec,
     Secrets,
 };

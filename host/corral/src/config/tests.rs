@@ -1,5 +1,10 @@
 use super::*;
 
+use std::time::Duration;
+
+use corral_core::sandbox::{FailureClass, Limits};
+use corral_core::share::{CpuMax, CpuShare};
+
 const GOOD: &str = r#"
     [host]
     max_concurrent = 8
@@ -114,7 +119,10 @@ fn the_control_plane_keys_are_read() {
     assert_eq!(h.admin_listen, Some("127.0.0.1:7466".parse().unwrap()));
     assert_eq!(h.data_dir, Some(PathBuf::from("/etc/corral/data")));
     assert_eq!(h.metrics_listen, Some("127.0.0.1:9466".parse().unwrap()));
-    assert_eq!(h.operator_token_sha256, Some("ab".repeat(32)));
+    assert_eq!(
+        h.operator_token_sha256.map(|h| h.to_string()),
+        Some("ab".repeat(32))
+    );
     assert_eq!(h.max_upload, 8 << 20);
     assert!(h.log_json);
     assert_eq!(
@@ -122,7 +130,10 @@ fn the_control_plane_keys_are_read() {
         PathBuf::from("/etc/corral/k.pem")
     );
     assert!(config.tenants[0].components.is_empty(), "deployed later");
-    assert_eq!(config.tenants[0].token_sha256, Some("ab".repeat(32)));
+    assert_eq!(
+        config.tenants[0].token_sha256.map(|h| h.to_string()),
+        Some("ab".repeat(32))
+    );
 }
 
 #[test]
@@ -448,13 +459,38 @@ config = { K = "x" }"#,
     assert!(e.contains("a grant is a host"), "{e}");
 }
 
-/// The README's keyed-API configuration reads as it says.
+/// The first ```toml block of a document.
+fn first_toml_block(doc: &str) -> &str {
+    let start = doc.find("```toml\n").unwrap() + "```toml\n".len();
+    &doc[start..start + doc[start..].find("```").unwrap()]
+}
+
+/// The README's configuration reads as it says (with a real token hash in
+/// place of its `…`).
 #[test]
-fn the_readme_keyed_api_configuration_is_valid() {
-    let readme = include_str!("../../../README.md");
-    let section = &readme[readme.find("## Calling a keyed API").unwrap()..];
-    let start = section.find("```toml\n").unwrap() + "```toml\n".len();
-    let block = &section[start..start + section[start..].find("```").unwrap()];
+fn the_readme_configuration_is_valid() {
+    let readme = include_str!("../../../../README.md");
+    let block = first_toml_block(&readme[readme.find("## Serve activities").unwrap()..]);
+    let text = block.replace(
+        "token_sha256 = \"…\"",
+        &format!("token_sha256 = \"{}\"", "ab".repeat(32)),
+    );
+    let config = Config::parse(&text, Path::new("/etc/corral")).unwrap();
+    let acme = &config.tenants[0];
+    assert_eq!(acme.tenant.name, "acme");
+    assert_eq!(acme.max_concurrent, 16);
+    assert!(acme.token_sha256.is_some());
+    assert_eq!(
+        acme.tenant.capabilities.http_hosts[0].to_string(),
+        "api.example.com"
+    );
+    assert!(config.host.admin_listen.is_some());
+}
+
+/// The keyed-API page's configuration reads as it says.
+#[test]
+fn the_keyed_api_configuration_is_valid() {
+    let block = first_toml_block(include_str!("../../../../docs/keyed-apis.md"));
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("pay.key"), "sk_test_0123456789").unwrap();
     let text = block.replace("/run/secrets/acme-pay.key", "pay.key");
@@ -491,3 +527,53 @@ fn a_bad_trace_endpoint_or_secret_refresh_is_named() {
     .unwrap();
     assert_eq!(ok.host.tracing.unwrap().service_name, "corral");
 }
+
+/// The defaults `docs/operating-safely.md` lists for a tenant are the ones
+/// the code has (`Limits::default()`, `Quota::default()`), and a tenant that
+/// sets no limit gets exactly them.
+#[test]
+fn the_documented_tenant_defaults_are_the_code_s() {
+    use corral_core::sandbox::{parse_bytes, parse_duration};
+    let doc = include_str!("../../../../docs/operating-safely.md");
+    let cell = |name: &str| -> String {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{name}`")))
+            .unwrap_or_else(|| panic!("no row for `{name}`"));
+        row.split('|').nth(2).unwrap().trim().replace(' ', "")
+    };
+    let bytes = |name: &str| parse_bytes(&cell(name)).unwrap();
+    let secs = |name: &str| parse_duration(&cell(name)).unwrap();
+    let count = |name: &str| cell(name).replace(',', "").parse::<u64>().unwrap();
+    let d = Limits::default();
+    assert_eq!(bytes("memory"), d.memory);
+    assert_eq!(Some(secs("timeout")), d.timeout);
+    assert_eq!(secs("cancel_grace"), d.cancel_grace);
+    assert_eq!((cell("fuel").as_str(), d.fuel), ("none", None));
+    assert_eq!(bytes("max_input"), d.max_input as u64);
+    assert_eq!(bytes("max_output"), d.max_output as u64);
+    assert_eq!(bytes("max_stdio"), d.max_stdio as u64);
+    assert_eq!(count("max_handles"), d.max_handles as u64);
+    assert_eq!(count("max_http_requests"), u64::from(d.max_http_requests));
+    assert_eq!(bytes("max_http_bytes"), d.max_http_bytes);
+    let quota = Quota::default();
+    assert_eq!(
+        cell("max_versions"),
+        format!("{},{}", quota.versions, "1GiB"),
+        "max_versions, max_stored"
+    );
+    assert_eq!(parse_bytes("1GiB").unwrap(), quota.bytes);
+
+    let config = Config::parse(GOOD_WITHOUT_LIMITS, Path::new("/etc/corral")).unwrap();
+    let tenant = &config.tenants[0];
+    assert_eq!(tenant.tenant.limits, d);
+    assert_eq!(tenant.quota.versions, quota.versions);
+    assert_eq!(tenant.quota.bytes, quota.bytes);
+}
+
+const GOOD_WITHOUT_LIMITS: &str = r#"
+[[tenant]]
+name = "acme"
+temporal = { address = "http://127.0.0.1:7233", task_queue = "acme" }
+components = ["greeter.wasm"]
+"#;

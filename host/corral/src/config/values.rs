@@ -7,8 +7,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{ConfigError, invalid};
-use crate::sandbox::{parse_bytes, parse_duration};
 use crate::telemetry::TracingConfig;
+use crate::token::TokenHash;
+use corral_core::sandbox::{parse_bytes, parse_duration};
 
 pub(super) fn address(value: Option<&str>, key: &str) -> Result<Option<SocketAddr>, ConfigError> {
     value
@@ -23,15 +24,12 @@ pub(super) fn address(value: Option<&str>, key: &str) -> Result<Option<SocketAdd
         .transpose()
 }
 
-pub(super) fn token_hash(value: Option<String>, key: &str) -> Result<Option<String>, ConfigError> {
+pub(super) fn token_hash(
+    value: Option<String>,
+    key: &str,
+) -> Result<Option<TokenHash>, ConfigError> {
     match value {
-        Some(h) if h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()) => {
-            Ok(Some(h.to_ascii_lowercase()))
-        }
-        Some(h) => Err(invalid(
-            key,
-            format!("`{h}` is not a hex SHA-256 (64 hex digits; `corral token` prints one)"),
-        )),
+        Some(h) => h.parse().map(Some).map_err(|e| invalid(key, e)),
         None => Ok(None),
     }
 }
@@ -54,18 +52,21 @@ pub(super) fn at_most(value: usize, max: usize, key: &str) -> Result<usize, Conf
 
 pub(super) fn duration(
     value: Option<&str>,
-    default: &str,
+    default: Duration,
     key: &str,
 ) -> Result<Duration, ConfigError> {
-    let d = parse_duration(value.unwrap_or(default)).map_err(|e| invalid(key, e))?;
+    let d = match value {
+        None => default,
+        Some(v) => parse_duration(v).map_err(|e| invalid(key, e))?,
+    };
     if d.is_zero() {
         return Err(invalid(key, "must be above zero"));
     }
     Ok(d)
 }
 
-pub(super) fn bytes(value: Option<&str>, default: &str, key: &str) -> Result<u64, ConfigError> {
-    parse_bytes(value.unwrap_or(default)).map_err(|e| invalid(key, e))
+pub(super) fn bytes(value: Option<&str>, default: u64, key: &str) -> Result<u64, ConfigError> {
+    value.map_or(Ok(default), |v| parse_bytes(v).map_err(|e| invalid(key, e)))
 }
 
 pub(super) fn size(value: Option<&str>, default: usize, key: &str) -> Result<usize, ConfigError> {

@@ -1,8 +1,8 @@
 //! Engine connectors: each turns one engine's protocol into the session
-//! loop's [`Connector`](crate::session::Connector) trait.
+//! loop's [`Connector`](corral_core::session::Connector) trait.
 
 pub mod aion;
-pub use corral_harness::local;
+pub use corral_core::local;
 pub mod temporal;
 
 /// The identity this process reports to engines: `corral@<host>:<pid>`.

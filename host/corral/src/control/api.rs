@@ -6,19 +6,19 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::StreamExt as _;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::auth::{Auth, Principal};
-use super::catalog::{Catalog, ControlError, NewVersion, VersionView};
+use super::catalog::{Catalog, ControlError, NewVersion, Refusal, VersionView};
 use super::follow::Follower;
 use super::metadata::Pulled;
 use super::proto::{self, admin_server::Admin, run_response, upload_request};
 use crate::connectors::local::{Local, Submission};
 use crate::oci::Registries;
-use crate::sandbox::{Failure, TaskInfo, format_bytes};
-use crate::session::{Args, Session};
 use crate::staging::{StageError, StagedComponent};
-use corral_harness::shown::{MAX_NAME, Shown};
+use corral_core::sandbox::{Failure, TaskInfo, format_bytes};
+use corral_core::session::{Args, Session};
+use corral_core::shown::{MAX_NAME, Shown};
 
 pub struct AdminService {
     pub catalog: Arc<Catalog>,
@@ -199,16 +199,19 @@ fn too_large(size: u64, max: u64) -> Status {
     ))
 }
 
+/// The API's edge: a refusal becomes a gRPC status with its whole story.
 fn status(e: ControlError) -> Status {
-    match e {
-        ControlError::InvalidArgument(m) => Status::invalid_argument(m),
-        ControlError::NotFound(m) => Status::not_found(m),
-        ControlError::FailedPrecondition(m) => Status::failed_precondition(m),
-        ControlError::QuotaExceeded(m) => Status::resource_exhausted(m),
-        ControlError::Internal(m) => Status::internal(m),
-        ControlError::PermissionDenied(m) => Status::permission_denied(m),
-        ControlError::Unavailable(m) => Status::unavailable(m),
-    }
+    let message = crate::error_chain(&e);
+    let code = match e.code() {
+        Refusal::InvalidArgument => Code::InvalidArgument,
+        Refusal::NotFound => Code::NotFound,
+        Refusal::FailedPrecondition => Code::FailedPrecondition,
+        Refusal::ResourceExhausted => Code::ResourceExhausted,
+        Refusal::PermissionDenied => Code::PermissionDenied,
+        Refusal::Unavailable => Code::Unavailable,
+        Refusal::Internal => Code::Internal,
+    };
+    Status::new(code, message)
 }
 
 /// A version as the API shows it.

@@ -3,19 +3,10 @@
 
 use std::collections::HashMap;
 
-use sha2::{Digest, Sha256};
 use tonic::Status;
 use tonic::metadata::MetadataMap;
 
-/// The hex SHA-256 of the token in an `authorization` header value
-/// (`Bearer <token>`), the form in which the host keeps tokens; `None` when
-/// the value is not a bearer token.
-pub fn bearer_sha256(value: &str) -> Option<String> {
-    let token = value
-        .strip_prefix("Bearer ")
-        .or_else(|| value.strip_prefix("bearer "))?;
-    Some(hex::encode(Sha256::digest(token.trim().as_bytes())))
-}
+use crate::token::TokenHash;
 
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,28 +18,24 @@ pub enum Principal {
 /// Token hashes → principals.
 #[derive(Debug, Clone, Default)]
 pub struct Auth {
-    tokens: HashMap<String, Principal>,
+    tokens: HashMap<TokenHash, Principal>,
     tenants: Vec<String>,
 }
 
 impl Auth {
-    /// `operator` and each tenant's hash are hex SHA-256 of the token.
+    /// The operator's token hash, and each tenant's.
     pub fn new<'a>(
-        operator: Option<&str>,
-        tenants: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+        operator: Option<TokenHash>,
+        tenants: impl IntoIterator<Item = (&'a str, Option<TokenHash>)>,
     ) -> Self {
         let mut auth = Auth::default();
         if let Some(hash) = operator {
-            auth.tokens
-                .insert(hash.to_ascii_lowercase(), Principal::Operator);
+            auth.tokens.insert(hash, Principal::Operator);
         }
         for (name, hash) in tenants {
             auth.tenants.push(name.to_owned());
             if let Some(hash) = hash {
-                auth.tokens.insert(
-                    hash.to_ascii_lowercase(),
-                    Principal::Tenant(name.to_owned()),
-                );
+                auth.tokens.insert(hash, Principal::Tenant(name.to_owned()));
             }
         }
         auth
@@ -64,7 +51,7 @@ impl Auth {
         let value = value
             .to_str()
             .map_err(|_| Status::unauthenticated("the authorization header is not text"))?;
-        let Some(hash) = bearer_sha256(value) else {
+        let Some(hash) = TokenHash::of_bearer(value) else {
             return Err(Status::unauthenticated(
                 "the authorization header must be `Bearer <token>`",
             ));
@@ -104,18 +91,10 @@ impl Auth {
     }
 }
 
-/// A new random token (256 bits, hex) and its SHA-256.
-pub fn generate_token() -> Result<(String, String), getrandom::Error> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)?;
-    let token = format!("corral_{}", hex::encode(bytes));
-    let hash = hex::encode(Sha256::digest(token.as_bytes()));
-    Ok((token, hash))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::token::generate_token;
     use tonic::Code;
 
     fn with_token(token: &str) -> MetadataMap {
@@ -128,7 +107,7 @@ mod tests {
     fn tokens_reach_only_their_tenant_and_the_operator_reaches_all() {
         let (a, a_hash) = generate_token().unwrap();
         let (op, op_hash) = generate_token().unwrap();
-        let auth = Auth::new(Some(&op_hash), [("a", Some(a_hash.as_str())), ("b", None)]);
+        let auth = Auth::new(Some(op_hash), [("a", Some(a_hash)), ("b", None)]);
 
         let tenant_a = auth.principal(&with_token(&a)).unwrap();
         assert_eq!(tenant_a, Principal::Tenant("a".into()));
@@ -154,5 +133,19 @@ mod tests {
         assert_eq!(e.code(), Code::Unauthenticated);
         let e = auth.principal(&with_token("corral_wrong")).unwrap_err();
         assert_eq!(e.code(), Code::Unauthenticated);
+    }
+
+    #[test]
+    fn a_hash_is_64_hex_digits_in_either_case_and_shows_as_lowercase() {
+        let upper = "AB".repeat(32);
+        let hash: TokenHash = upper.parse().unwrap();
+        assert_eq!(hash.to_string(), "ab".repeat(32));
+        assert_eq!("ab".repeat(32).parse::<TokenHash>().unwrap(), hash);
+        for bad in ["", "ab", &"zz".repeat(32), &"ab".repeat(33)] {
+            assert!(bad.parse::<TokenHash>().is_err(), "{bad}");
+        }
+        let (token, hash) = generate_token().unwrap();
+        assert_eq!(TokenHash::of_bearer(&format!("Bearer {token}")), Some(hash));
+        assert_eq!(TokenHash::of_bearer(&token), None);
     }
 }

@@ -1,24 +1,125 @@
 //! The control plane's errors.
 
-/// Why a change was refused; the API maps each kind to a gRPC status.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+use corral_core::sandbox::{CompileError, LoadError};
+use corral_core::session::RouteError;
+
+use corral_core::name::BadName;
+
+use super::metadata::MetadataError;
+use super::quota::QuotaExceeded;
+use super::store::FindError;
+use crate::oci::OciError;
+
+/// Why a change was refused: one variant per reason, carrying its facts.
+/// The admin API maps each to a gRPC status at its edge
+/// ([`ControlError::code`]); nothing else here knows of gRPC.
+#[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    #[error("{0}")]
-    InvalidArgument(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    FailedPrecondition(String),
-    /// Over a tenant's storage quota.
-    #[error("{0}")]
-    QuotaExceeded(String),
-    #[error("{0}")]
-    Internal(String),
-    #[error("{0}")]
-    PermissionDenied(String),
-    /// Something the host depends on (a registry) cannot be reached.
-    #[error("{0}")]
-    Unavailable(String),
+    #[error("no tenant `{0}` is configured")]
+    UnknownTenant(String),
+    #[error(transparent)]
+    NoSuchVersion(#[from] FindError),
+    #[error("deployment name {0}")]
+    DeploymentName(BadName),
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error("these bytes are already stored as {digest} of deployment `{stored}`, not `{asked}`")]
+    StoredAsAnother {
+        digest: String,
+        stored: String,
+        asked: String,
+    },
+    #[error(
+        "{digest} is the active version of `{deployment}`: activate another version first, or force the removal to stop serving it"
+    )]
+    RemovingActive { digest: String, deployment: String },
+    #[error(transparent)]
+    Quota(#[from] QuotaExceeded),
+    /// The tenant's deployments, with this change, cannot be routed.
+    #[error(transparent)]
+    Routes(#[from] RouteError),
+    /// The component does not load (not a component, refused imports, over
+    /// a limit of what one component may contain).
+    #[error(transparent)]
+    Load(LoadError),
+    /// Compiling it went past the host's `compile_timeout` or
+    /// `compile_memory`.
+    #[error(transparent)]
+    CompileLimit(CompileError),
+    #[error("tenant `{tenant}` may not deploy {reference}: {rule}")]
+    RegistryNotAllowed {
+        tenant: String,
+        reference: String,
+        rule: String,
+    },
+    /// An OCI reference or pull that failed; its kind decides the status.
+    #[error("{}", crate::error_chain(.0))]
+    Pull(#[from] OciError),
+    /// The host's own storage or workers failed: not the caller's doing.
+    #[error("{what}: {source}")]
+    Host {
+        what: &'static str,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// What a status code says about a refusal: the API's only vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    InvalidArgument,
+    NotFound,
+    FailedPrecondition,
+    ResourceExhausted,
+    PermissionDenied,
+    Unavailable,
+    Internal,
+}
+
+impl ControlError {
+    /// The host's own failure, with what it was doing.
+    pub fn host(
+        what: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        ControlError::Host {
+            what,
+            source: source.into(),
+        }
+    }
+
+    /// The kind of refusal this is, for the API's status.
+    pub fn code(&self) -> Refusal {
+        use Refusal::*;
+        match self {
+            ControlError::UnknownTenant(_) => NotFound,
+            ControlError::NoSuchVersion(_) => NotFound,
+            ControlError::DeploymentName(_)
+            | ControlError::Metadata(_)
+            | ControlError::StoredAsAnother { .. }
+            | ControlError::Load(_) => InvalidArgument,
+            ControlError::RemovingActive { .. } | ControlError::Routes(_) => FailedPrecondition,
+            ControlError::Quota(_) | ControlError::CompileLimit(_) => ResourceExhausted,
+            ControlError::RegistryNotAllowed { .. } => PermissionDenied,
+            ControlError::Pull(e) => match e {
+                OciError::NotFound { .. } => NotFound,
+                OciError::Unreachable { .. }
+                | OciError::Registry { .. }
+                | OciError::Deadline { .. }
+                | OciError::Proxy(_)
+                | OciError::Stage { .. } => Unavailable,
+                OciError::Elsewhere { .. } => PermissionDenied,
+                OciError::Unauthorized { .. } | OciError::Credentials { .. } => FailedPrecondition,
+                OciError::TooBig { .. } | OciError::Oversent { .. } => ResourceExhausted,
+                OciError::Reference { .. }
+                | OciError::NotAComponent { .. }
+                | OciError::DigestMismatch { .. }
+                | OciError::BadDigest { .. }
+                | OciError::LongerThanDeclared { .. } => InvalidArgument,
+                OciError::Describe(_) => Internal,
+            },
+            ControlError::Host { .. } => Internal,
+        }
+    }
 }
 
 /// Why the catalog cannot serve what it must at start.

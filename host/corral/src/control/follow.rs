@@ -20,9 +20,9 @@ use tokio_util::sync::CancellationToken;
 use super::ControlError;
 use super::catalog::{Catalog, NewVersion};
 use super::metadata::Pulled;
-use crate::metrics::escape;
 use crate::oci::{self, OciError, OciRef, Registries};
-use crate::sync::lock;
+use corral_core::metrics::escape;
+use corral_core::sync::lock;
 
 /// One followed tag, as `status` and `/metrics` show it.
 #[derive(Clone, Debug, Default)]

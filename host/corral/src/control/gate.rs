@@ -31,8 +31,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tonic::transport::server::Connected;
 
-use crate::backoff::Backoff;
-use crate::sync::lock;
+use corral_core::backoff::Backoff;
+use corral_core::sync::lock;
 
 /// The first wait after a failed accept; doubled up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);

@@ -26,12 +26,6 @@ pub const MAX_CONFIG_VALUE: usize = 4096;
 /// (which holds every version) rewrites.
 pub const MAX_METADATA: usize = 64 << 10;
 
-/// Whether `c` may be part of a tenant's or a deployment's name: a letter,
-/// a digit, `-`, `_` or `.`.
-pub fn name_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || "-_.".contains(c)
-}
-
 /// Label prefixes only the host writes.
 pub const HOST_PREFIXES: [&str; 2] = ["oci.", "corral."];
 
@@ -87,7 +81,7 @@ pub fn check(
     aliases: &BTreeMap<String, String>,
     config: &BTreeMap<String, String>,
 ) -> Result<(), MetadataError> {
-    let shown = |key: &str| corral_harness::shown::shown(key, MAX_KEY + 8);
+    let shown = |key: &str| corral_core::shown::shown(key, MAX_KEY + 8);
     for (what, map, max_count, max_value) in [
         ("labels", labels, MAX_LABELS, MAX_LABEL_VALUE),
         ("aliases", aliases, MAX_ALIASES, MAX_KEY),

@@ -20,7 +20,6 @@ pub mod server;
 pub mod store;
 
 pub use api::AdminService;
-pub use auth::{Auth, Principal, generate_token};
+pub use auth::{Auth, Principal};
 pub use catalog::{Catalog, ControlError, NewVersion, TenantSpec, VersionView};
-pub use server::TlsFiles;
 pub use store::Store;

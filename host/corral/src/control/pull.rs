@@ -6,7 +6,7 @@
 use super::catalog::Catalog;
 use super::errors::ControlError;
 use super::metadata::Pulled;
-use crate::oci::{self, OciError, OciRef, Registries};
+use crate::oci::{self, OciRef, Registries};
 use crate::staging::StagedComponent;
 
 /// A pulled component, staged, and the host's record of where it came from.
@@ -24,9 +24,7 @@ impl Catalog {
         text: &str,
         registries: &Registries,
     ) -> Result<PulledVersion, ControlError> {
-        let reference: OciRef = text
-            .parse()
-            .map_err(|e: OciError| ControlError::InvalidArgument(e.to_string()))?;
+        let reference: OciRef = text.parse()?;
         let spec = self.spec(tenant)?;
         let allowed = &spec.registries;
         if !allowed.iter().any(|prefix| prefix.allows(&reference)) {
@@ -40,17 +38,17 @@ impl Catalog {
                         .join(", ")
                 ),
             };
-            return Err(ControlError::PermissionDenied(format!(
-                "tenant `{tenant}` may not deploy {reference}: {rule}"
-            )));
+            return Err(ControlError::RegistryNotAllowed {
+                tenant: tenant.to_owned(),
+                reference: reference.to_string(),
+                rule,
+            });
         }
         let registries = registries
             .for_tenant()
             .with_credentials(&spec.credentials)
             .within(allowed);
-        let pulled = oci::pull(&reference, &registries, self.staging())
-            .await
-            .map_err(|e| pull_error(&e))?;
+        let pulled = oci::pull(&reference, &registries, self.staging()).await?;
         tracing::info!(tenant, "pulled {reference} ({})", pulled.manifest_digest);
         Ok(PulledVersion {
             component: pulled.component,
@@ -59,28 +57,5 @@ impl Catalog {
                 manifest: pulled.manifest_digest,
             },
         })
-    }
-}
-
-fn pull_error(e: &OciError) -> ControlError {
-    let message = crate::error_chain(e);
-    match e {
-        OciError::NotFound { .. } => ControlError::NotFound(message),
-        OciError::Unreachable { .. }
-        | OciError::Registry { .. }
-        | OciError::Deadline { .. }
-        | OciError::Proxy(_)
-        | OciError::Stage { .. } => ControlError::Unavailable(message),
-        OciError::Elsewhere { .. } => ControlError::PermissionDenied(message),
-        OciError::Unauthorized { .. } | OciError::Credentials { .. } => {
-            ControlError::FailedPrecondition(message)
-        }
-        OciError::TooBig { .. } | OciError::Oversent { .. } => ControlError::QuotaExceeded(message),
-        OciError::Reference { .. }
-        | OciError::NotAComponent { .. }
-        | OciError::DigestMismatch { .. }
-        | OciError::BadDigest { .. }
-        | OciError::LongerThanDeclared { .. } => ControlError::InvalidArgument(message),
-        OciError::Describe(_) => ControlError::Internal(message),
     }
 }

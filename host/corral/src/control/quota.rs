@@ -1,22 +1,7 @@
 //! What one tenant may keep stored, and the refusal that names the numbers.
 
 use super::store::{TenantIndex, Version};
-
-/// What one tenant may keep stored: versions and bytes (active or not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quota {
-    pub versions: usize,
-    pub bytes: u64,
-}
-
-impl Default for Quota {
-    fn default() -> Self {
-        Quota {
-            versions: 100,
-            bytes: 1 << 30,
-        }
-    }
-}
+use crate::config::Quota;
 
 /// A new version that would take a tenant over its [`Quota`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,9 +12,9 @@ pub enum QuotaExceeded {
     Versions { tenant: String, stored: usize },
     #[error(
         "tenant `{tenant}` keeps {} and this version adds {}, over its limit of {} (limits.max_stored): remove versions first",
-        crate::sandbox::format_bytes(*stored),
-        crate::sandbox::format_bytes(*adding),
-        crate::sandbox::format_bytes(*limit)
+        corral_core::sandbox::format_bytes(*stored),
+        corral_core::sandbox::format_bytes(*adding),
+        corral_core::sandbox::format_bytes(*limit)
     )]
     Bytes {
         tenant: String,

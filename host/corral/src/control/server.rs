@@ -17,19 +17,13 @@ use tonic::service::interceptor::InterceptedService;
 
 use super::api::AdminService;
 use super::auth::Principal;
-use super::auth::bearer_sha256;
 use super::follow::Follower;
 use super::gate::{Caller, ConnectionInfo, Gate, GateLimits, Strangers};
 use super::proto::admin_server::AdminServer;
-use crate::metrics::{Gauges, Metrics};
-use crate::session::Permits;
-
-/// A certificate and key (PEM) for the admin endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
+use crate::config::TlsFiles;
+use crate::token::TokenHash;
+use corral_core::metrics::{Gauges, Metrics};
+use corral_core::session::Permits;
 
 /// What the admin endpoint holds against the network. Authentication comes
 /// first of all: a call without a valid token is refused on its headers,
@@ -166,7 +160,7 @@ pub async fn metrics(
     metrics: Arc<Metrics>,
     permits: Permits,
     tenants: Vec<String>,
-    token_sha256: Option<String>,
+    token_sha256: Option<TokenHash>,
     follower: Arc<Follower>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
@@ -175,7 +169,6 @@ pub async fn metrics(
         .map_err(|e| anyhow::anyhow!("host.metrics_listen: cannot listen on {address}: {e}"))?;
     let gate = Gate::new(listener, METRICS_GATE, "metrics endpoint");
     let bound = gate.local_addr()?;
-    let token_sha256 = token_sha256.map(|t| Arc::<str>::from(t.to_ascii_lowercase()));
     let handle = tokio::spawn(async move {
         loop {
             let stream = tokio::select! {
@@ -185,7 +178,6 @@ pub async fn metrics(
             let metrics = metrics.clone();
             let permits = permits.clone();
             let tenants = tenants.clone();
-            let token_sha256 = token_sha256.clone();
             let follower = follower.clone();
             let service = hyper::service::service_fn(
                 move |request: hyper::Request<hyper::body::Incoming>| {
@@ -193,7 +185,7 @@ pub async fn metrics(
                         || request.uri().path() != "/metrics"
                     {
                         plain(StatusCode::NOT_FOUND, "corral serves GET /metrics\n")
-                    } else if !bearer_matches(&request, token_sha256.as_deref()) {
+                    } else if !bearer_matches(&request, token_sha256) {
                         plain(
                             StatusCode::UNAUTHORIZED,
                             "send `authorization: Bearer <token>` (host.metrics_token_sha256)\n",
@@ -239,7 +231,7 @@ fn plain(
 
 /// Whether the request bears the token whose SHA-256 is `expected` (any
 /// request does when no token is configured).
-fn bearer_matches<B>(request: &hyper::Request<B>, expected: Option<&str>) -> bool {
+fn bearer_matches<B>(request: &hyper::Request<B>, expected: Option<TokenHash>) -> bool {
     let Some(expected) = expected else {
         return true;
     };
@@ -247,7 +239,7 @@ fn bearer_matches<B>(request: &hyper::Request<B>, expected: Option<&str>) -> boo
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(bearer_sha256)
+        .and_then(TokenHash::of_bearer)
         .is_some_and(|hash| hash == expected)
 }
 

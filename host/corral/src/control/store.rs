@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::metadata::Pulled;
-pub use super::quota::{Quota, QuotaExceeded};
 use crate::staging::{StagedComponent, Staging};
 
 /// One stored version of a tenant's deployment.

@@ -36,7 +36,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use corral_harness::shown::shown;
+use corral_core::shown::shown;
 
 /// How long connecting to a registry may take.
 const CONNECT: Duration = Duration::from_secs(10);

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use corral_harness::shown::shown;
+use corral_core::shown::shown;
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 
 use super::{MAX_MANIFEST, MAX_QUOTED, OciRef, Registries};

@@ -26,7 +26,7 @@ use error::classify;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use corral_harness::shown::shown;
+use corral_core::shown::shown;
 
 use oci_client::errors::OciDistributionError;
 use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest};

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::open_fds;
+
 /// A free TCP port on 127.0.0.1 (free when asked; the OS may reuse it later,
 /// which is unlikely within a test).
 pub fn free_port() -> u16 {
@@ -401,13 +403,6 @@ impl Drop for Corral {
     fn drop(&mut self) {
         stop(&mut self.child, Duration::from_secs(15));
     }
-}
-
-/// How many file descriptors process `pid` (or `self`) holds open.
-pub fn open_fds(pid: &str) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|dir| dir.count())
-        .unwrap_or_else(|e| panic!("the descriptors of process {pid}: {e}"))
 }
 
 /// `GET /metrics` from a corral on `port`.

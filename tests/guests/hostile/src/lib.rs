@@ -1,5 +1,5 @@
 //! `demo:hostile`: the attack suite's guests. Each function attacks one
-//! bound of the host; the tests in `host/tests/hostile*.rs` assert the bound
+//! bound of the host; the tests in `host/core/tests/hostile*.rs` assert the bound
 //! holds and the host keeps serving.
 
 use std::hint::black_box;

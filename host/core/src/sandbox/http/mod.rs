@@ -1,15 +1,15 @@
 //! Outbound HTTP (`wasi:http`), granted per tenant: a guest's request goes
 //! out only when a grant allows its destination, method and path, its
 //! secrets' placeholders go only to their own hosts, and the address it
-//! connects to is public or named by the grant (see [`grant`]). The host
+//! connects to is public or named by the grant (see [`super::destination`]). The host
 //! makes the connection; the guest's own sockets stay closed.
 //!
 //! A refusal is the standard `wasi:http` error (`HTTP-request-denied`,
 //! `destination-IP-prohibited`) in the guest, a warning naming the rule in
 //! the host's log, and a note on the task's failure if the task fails.
 
-mod grant;
 mod meter;
+mod placeholders;
 mod send;
 
 use std::fmt;
@@ -20,12 +20,11 @@ use std::sync::{Arc, Mutex};
 use tracing::Instrument;
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
-use grant::special_range;
-pub use grant::{GrantError, HttpGrant, HttpHost};
 use meter::{ByteBudget, Direction, Metered};
 
+use super::destination::{HttpGrant, special_range};
 use super::secrets::Secrets;
-use super::stdio::TaskLabels;
+use super::task_id::TaskLabels;
 use crate::sync::lock;
 
 /// Refusals a task keeps to explain its failure.
@@ -335,6 +334,8 @@ impl WasiHttpHooks for HttpPolicy {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+
+    use crate::sandbox::destination::HttpHost;
 
     fn policy(grants: &[HttpGrant]) -> HttpPolicy {
         HttpPolicy::new(

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::policy::{CpuShare, CpuWeight};
+use crate::share::{CpuMax, CpuShare, CpuWeight};
 
 /// The window a cap holds over (as cgroups' default `cpu.max` period).
 pub const CAP_WINDOW: Duration = Duration::from_millis(100);
@@ -99,7 +99,7 @@ impl<W> Account<W> {
 }
 
 /// CPU a cap allows per window.
-fn budget(max: super::policy::CpuMax) -> Duration {
+fn budget(max: CpuMax) -> Duration {
     CAP_WINDOW * max.millicores() / 1000
 }
 
@@ -251,7 +251,6 @@ impl<W: PartialEq> Fair<W> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::super::policy::CpuMax;
     use super::*;
 
     const SLICE: Duration = Duration::from_millis(1);

@@ -13,7 +13,6 @@
 //! runtime and goes first, whatever the guests do.
 
 mod fair;
-mod policy;
 mod threads;
 
 use std::future::Future;
@@ -23,9 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use crate::share::{CpuShare, CpuUse};
 pub use fair::CAP_WINDOW;
 use fair::{Dispatch, Fair};
-pub use policy::{CpuMax, CpuPolicyError, CpuShare, CpuWeight};
 pub use threads::GUEST_NICE;
 use threads::GuestThreads;
 
@@ -56,14 +55,6 @@ impl PartialEq for Ticket {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
-}
-
-/// What one task's execution cost in CPU, and waited for it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CpuUse {
-    pub cpu: Duration,
-    /// Runnable, but waiting for a slot (or for its cap's next window).
-    pub waited: Duration,
 }
 
 /// The host's guest slots, shared between tenants.
@@ -363,6 +354,7 @@ fn thread_cpu() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::share::CpuWeight;
 
     /// Yields as wasmtime's fuel and epoch yields do: wakes itself while it
     /// is polled, then returns `Pending` once.

@@ -52,28 +52,28 @@ pub enum NewError {
 }
 
 /// corral's WIT package, as `wit/deps/corral/activity.wit` of every project.
-const ACTIVITY_WIT: &str = include_str!("../../../../wit/activity.wit");
+const ACTIVITY_WIT: &str = include_str!("../../../../../wit/activity.wit");
 /// `wasi:config/store`, for a world that reads configuration.
-const CONFIG_WIT: &str = include_str!("../../../../wit/deps/config/store.wit");
+const CONFIG_WIT: &str = include_str!("../../../../../wit/deps/config/store.wit");
 
 /// The guest SDK, written into Rust projects (see `guest-sdk/Cargo.toml`).
 const GUEST_SDK: [(&str, &str); 6] = [
     (
         "corral-guest/Cargo.toml",
-        include_str!("../../../../guest-sdk/Cargo.toml"),
+        include_str!("../../../../../guest-sdk/Cargo.toml"),
     ),
     (
         "corral-guest/build.rs",
-        include_str!("../../../../guest-sdk/build.rs"),
+        include_str!("../../../../../guest-sdk/build.rs"),
     ),
     (
         "corral-guest/src/lib.rs",
-        include_str!("../../../../guest-sdk/src/lib.rs"),
+        include_str!("../../../../../guest-sdk/src/lib.rs"),
     ),
     ("corral-guest/wit/activity.wit", ACTIVITY_WIT),
     (
         "corral-guest/wit/sdk.wit",
-        include_str!("../../../../wit/sdk.wit"),
+        include_str!("../../../../../wit/sdk.wit"),
     ),
     ("corral-guest/wit/deps/config/store.wit", CONFIG_WIT),
 ];
@@ -263,5 +263,70 @@ mod tests {
             "mine"
         );
         assert!(!project.join("app.js").exists());
+    }
+
+    /// The one command in a script that starts with `tool`, its words with
+    /// the project's own names (`{{name}}`, the example's) as `NAME` and its
+    /// output path dropped: what must agree between a template and its
+    /// example.
+    fn command(script: &str, tool: &str, names: &[&str]) -> Vec<String> {
+        let line = script
+            .lines()
+            .map(|l| {
+                l.trim()
+                    .trim_start_matches('(')
+                    .trim_start_matches("cd \"$js\" && ")
+                    .trim_start_matches("cd \"$py\" && ")
+            })
+            .find(|l| l.starts_with(tool))
+            .unwrap_or_else(|| panic!("no `{tool}` in {script}"));
+        let mut words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        if let Some(at) = words.iter().position(|w| w == "-o" || w == "--out") {
+            words.truncate(at);
+        }
+        words
+            .into_iter()
+            .filter(|w| !w.starts_with('"') && !w.starts_with("-d"))
+            .map(|w| names.iter().fold(w, |w, n| w.replace(n, "NAME")))
+            .collect()
+    }
+
+    /// `corral new`'s templates and the examples are built the same way
+    /// with the same pinned tools: they share the WIT (the templates embed
+    /// the repository's, the examples link it), and this holds the rest
+    /// together so neither drifts.
+    #[test]
+    fn the_templates_and_the_examples_build_alike() {
+        let examples_build = include_str!("../../../../../examples/build.sh");
+        let setup = include_str!("../../../../../tests/setup.sh");
+        // JavaScript: the same npm packages at the same versions, the same
+        // componentize-js command.
+        let deps = |text: &str| {
+            serde_json::from_str::<serde_json::Value>(text).unwrap()["devDependencies"].clone()
+        };
+        let example_js = include_str!("../../../../../examples/js-greeter/package.json");
+        let template_js = include_str!("templates/js/package.json");
+        assert_eq!(deps(template_js), deps(example_js));
+        let names = ["{{name}}", "js-greeter"];
+        assert_eq!(
+            command(include_str!("templates/js/build.sh"), "npx", &names),
+            command(examples_build, "npx", &names)
+        );
+        // Python: the componentize-py that tests/setup.sh installs, and the
+        // same command.
+        let pinned = setup
+            .lines()
+            .find_map(|l| l.strip_prefix("COMPONENTIZE_PY_VERSION="))
+            .unwrap();
+        let template_py = include_str!("templates/python/build.sh");
+        assert!(
+            template_py.contains(&format!("componentize-py=={pinned}")),
+            "{template_py}"
+        );
+        let names = ["local:{{name}}/{{name}}", "demo:shout/shout"];
+        assert_eq!(
+            command(template_py, "componentize-py", &names),
+            command(examples_build, "componentize-py", &names)
+        );
     }
 }

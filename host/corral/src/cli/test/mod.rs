@@ -1,7 +1,7 @@
 //! `corral test [FILE…]`: the host test harness for guests in any language.
 //! Each file names a component, the tenant's limits and capabilities, and
 //! cases with expectations (see `spec`). Every case runs through
-//! `corral::testing` — the sandbox, limits, classification and session loop
+//! `corral_core::testing` — the sandbox, limits, classification and session loop
 //! of `corral serve` — the cases of a file in parallel. One line per case,
 //! `N passed, N failed`, exit 1 on a failure; `--junit FILE` for CI.
 
@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use corral::testing::TestHost;
+use corral_core::testing::TestHost;
 
 use super::{CacheArgs, RegistryArgs, read_component, usage_error};
 use spec::Spec;

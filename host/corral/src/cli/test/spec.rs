@@ -32,8 +32,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use corral::config::{Config, ConfigError};
-use corral::sandbox::{FailureClass, QuantityError, Tenant, parse_duration};
-use corral::testing::{Call, TestComponent, TestRun};
+use corral_core::sandbox::{FailureClass, QuantityError, Tenant, parse_duration};
+use corral_core::testing::{Call, TestComponent, TestRun};
 
 /// Why a test file cannot be run, naming the file.
 #[derive(Debug, thiserror::Error)]

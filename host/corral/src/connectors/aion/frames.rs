@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::wire;
-use crate::sandbox::{TaskInfo, convert};
-use crate::session::{Args, InputError, Registry, Report, TaskKey, TaskStart};
+use corral_core::sandbox::{TaskInfo, convert};
+use corral_core::session::{Args, InputError, Registry, Report, TaskKey, TaskStart};
 
 /// Every payload corral reads or writes is JSON.
 pub const JSON: &str = "application/json";
@@ -181,7 +181,7 @@ fn arguments(input: Option<&wire::Payload>) -> Result<Args, BadInput> {
         Ok(Value::Object(named)) => Ok(Args::Named(named)),
         Ok(Value::Null) => Ok(Args::Named(Default::default())),
         Ok(other) => Err(BadInput::NotAnObject(
-            crate::sandbox::convert::describe_json(&other),
+            corral_core::sandbox::convert::describe_json(&other),
         )),
         Err(e) => Err(BadInput::NotJson(e)),
     }
@@ -207,7 +207,7 @@ pub fn descriptors(registry: &Registry, tenant: &str) -> Vec<wire::ActivityDescr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::{Failure, FailureClass, RetryPolicy};
+    use corral_core::sandbox::{Failure, FailureClass, RetryPolicy};
 
     fn wire_task(input: &str) -> wire::ActivityTask {
         wire::ActivityTask {

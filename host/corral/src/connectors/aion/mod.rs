@@ -26,11 +26,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AionBinding;
-use crate::session::{
+use corral_core::session::{
     Connector, Inbound, Permit, Permits, Registry, Report, ReportError, TaskKey, TenantSlots,
     TypeAdmission,
 };
-use crate::sync::lock;
+use corral_core::sync::lock;
 use frames::Attempt;
 
 /// The protocol's generated client and messages.

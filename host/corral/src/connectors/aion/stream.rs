@@ -16,9 +16,9 @@ use tonic::metadata::MetadataValue;
 use super::wire::worker_protocol_client::WorkerProtocolClient;
 use super::wire::{self, server_to_worker::Message as ServerFrame, worker_to_server::Message};
 use super::{Shared, frames};
-use crate::backoff::{Backoff, Try, patiently};
-use crate::session::{CancelReason, Inbound};
-use crate::sync::lock;
+use corral_core::backoff::{Backoff, Try, patiently};
+use corral_core::session::{CancelReason, Inbound};
+use corral_core::sync::lock;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);

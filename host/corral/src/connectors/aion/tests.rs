@@ -16,8 +16,8 @@ use super::wire::worker_protocol_server::{WorkerProtocol, WorkerProtocolServer};
 use super::wire::{self, server_to_worker::Message as Down, worker_to_server::Message as Up};
 use super::*;
 use crate::config::AionBinding;
-use crate::sandbox::{Sandbox, SandboxConfig, Tenant};
-use crate::session::{Permits, Registry, Session};
+use corral_core::sandbox::{Sandbox, SandboxConfig, Tenant};
+use corral_core::session::{Permits, Registry, Session};
 
 /// Every frame a worker sent, with the number of the stream it came on.
 type Seen = Arc<Mutex<Vec<(usize, Up)>>>;

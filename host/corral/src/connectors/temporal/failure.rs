@@ -10,7 +10,7 @@ use temporalio_common::protos::temporal::api::failure::v1::{
 };
 
 use super::payloads;
-use crate::sandbox::Failure;
+use corral_core::sandbox::Failure;
 
 const SOURCE: &str = "corral";
 
@@ -53,7 +53,7 @@ pub fn cancelled(failure: &Failure) -> TemporalFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::{FailureClass, RetryPolicy};
+    use corral_core::sandbox::{FailureClass, RetryPolicy};
     use serde_json::json;
 
     #[test]

@@ -28,10 +28,10 @@ use temporalio_sdk_core::{
     WorkerConfig, WorkerVersioningStrategy, init_worker,
 };
 
-use crate::backoff::{Backoff, Try, patiently};
 use crate::config::{Compression, TemporalBinding};
-use crate::sandbox::TaskInfo;
-use crate::session::{
+use corral_core::backoff::{Backoff, Try, patiently};
+use corral_core::sandbox::TaskInfo;
+use corral_core::session::{
     Args, CancelReason, Connector, Inbound, InputError, Permits, Report, ReportError, TaskKey,
     TaskStart,
 };

@@ -8,7 +8,7 @@ use temporalio_sdk_core::{
     SlotSupplier, SlotSupplierPermit,
 };
 
-use crate::session::TenantSlots;
+use corral_core::session::TenantSlots;
 
 /// sdk-core asks for slots (and how many are free) several times per task:
 /// the tenant's semaphore is held here, not looked up by name each time.

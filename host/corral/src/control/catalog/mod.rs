@@ -5,6 +5,7 @@
 //! then swapped into the registry, so a rejected change leaves everything as
 //! it was.
 
+use corral_core::name::Name;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -13,14 +14,15 @@ mod seed;
 
 use sha2::{Digest, Sha256};
 
-pub use super::errors::{CatalogError, ControlError};
+pub use super::errors::{CatalogError, ControlError, Refusal};
 use super::metadata::{self, Pulled};
-use super::store::{Index, Quota, Store, TenantIndex, Version};
-use crate::metrics::Metrics;
+use super::store::{Index, Store, TenantIndex, Version};
+use crate::config::Quota;
 use crate::oci::{Credential, RepositoryPrefix};
-use crate::sandbox::{CompileError, LoadError, LoadedComponent, PreparedTenant, Sandbox};
-use crate::session::{Deployment, Registry};
 use crate::staging::{StagedComponent, Staging};
+use corral_core::metrics::Metrics;
+use corral_core::sandbox::{CompileError, LoadError, LoadedComponent, PreparedTenant, Sandbox};
+use corral_core::session::{Deployment, Registry};
 
 /// A tenant as configured: its policy and its configuration-wide aliases.
 #[derive(Debug, Clone)]
@@ -84,10 +86,7 @@ impl State {
     /// A copy of the tenant's index, and its version matching `digest`.
     fn version(&self, tenant: &str, digest: &str) -> Result<(TenantIndex, Version), ControlError> {
         let tenant_index = self.index.tenants.get(tenant).cloned().unwrap_or_default();
-        let version = tenant_index
-            .find(digest)
-            .map_err(|e| ControlError::NotFound(e.to_string()))?
-            .clone();
+        let version = tenant_index.find(digest)?.clone();
         Ok((tenant_index, version))
     }
 }
@@ -134,7 +133,7 @@ impl Catalog {
         }
         let staging = store
             .staging()
-            .map_err(|e| ControlError::Internal(format!("creating the staging directory: {e}")))?;
+            .map_err(|e| ControlError::host("creating the staging directory", e))?;
         let catalog = Catalog {
             sandbox,
             registry,
@@ -187,7 +186,7 @@ impl Catalog {
     pub(super) fn spec(&self, tenant: &str) -> Result<&TenantSpec, ControlError> {
         self.tenants
             .get(tenant)
-            .ok_or_else(|| ControlError::NotFound(format!("no tenant `{tenant}` is configured")))
+            .ok_or_else(|| ControlError::UnknownTenant(tenant.to_owned()))
     }
 
     /// Validates, compiles, stores and (unless asked not to) activates a
@@ -200,18 +199,8 @@ impl Catalog {
         component: StagedComponent,
     ) -> Result<(VersionView, bool), ControlError> {
         let spec = self.spec(tenant)?;
-        if new.name.is_empty()
-            || new.name.len() > metadata::MAX_KEY
-            || !new.name.chars().all(metadata::name_char)
-        {
-            return Err(ControlError::InvalidArgument(format!(
-                "deployment name `{}` must be 1 to {} letters, digits, `-`, `_` or `.`",
-                corral_harness::shown::shown(&new.name, metadata::MAX_KEY + 8),
-                metadata::MAX_KEY
-            )));
-        }
-        metadata::check(&new.labels, &new.aliases, &new.config)
-            .map_err(|e| ControlError::InvalidArgument(e.to_string()))?;
+        Name::new(new.name.as_str()).map_err(ControlError::DeploymentName)?;
+        metadata::check(&new.labels, &new.aliases, &new.config)?;
         let digest = component.digest.clone();
         let mut candidate = Version {
             name: new.name.clone(),
@@ -248,10 +237,11 @@ impl Catalog {
         let already_stored = existing.is_some();
         let version = match existing {
             Some(v) if v.name != new.name => {
-                return Err(ControlError::InvalidArgument(format!(
-                    "these bytes are already stored as {digest} of deployment `{}`, not `{}`",
-                    v.name, new.name
-                )));
+                return Err(ControlError::StoredAsAnother {
+                    digest,
+                    stored: v.name,
+                    asked: new.name,
+                });
             }
             Some(mut v) => {
                 // The same bytes, deployed with other settings: the
@@ -284,7 +274,7 @@ impl Catalog {
         let stored = self
             .store
             .put_staged(component)
-            .map_err(|e| ControlError::Internal(format!("storing the component: {e}")));
+            .map_err(|e| ControlError::host("storing the component", e));
         if let Err(e) = match stored {
             Ok(()) => self.commit(&mut state, spec, tenant_index).await,
             Err(e) => Err(e),
@@ -355,10 +345,10 @@ impl Catalog {
         let (mut tenant_index, version) = state.version(tenant, digest)?;
         let active = tenant_index.is_active(&version);
         if active && !force {
-            return Err(ControlError::FailedPrecondition(format!(
-                "{} is the active version of `{}`: activate another version first, or force the removal to stop serving it",
-                version.digest, version.name
-            )));
+            return Err(ControlError::RemovingActive {
+                digest: version.digest,
+                deployment: version.name,
+            });
         }
         if active {
             tenant_index.active.remove(&version.name);
@@ -426,7 +416,7 @@ impl Catalog {
         let tenant_index = state.index.tenants.get(name).unwrap_or(&none);
         spec.quota
             .admit(name, tenant_index, candidate)
-            .map_err(|e| ControlError::QuotaExceeded(e.to_string()))
+            .map_err(ControlError::from)
     }
 
     async fn commit(
@@ -444,8 +434,7 @@ impl Catalog {
             });
         }
         let aliases = aliases(spec, &tenant_index);
-        let table = Registry::prepare_deployments(spec.tenant.clone(), &deployments, &aliases)
-            .map_err(|e| ControlError::FailedPrecondition(e.to_string()))?;
+        let table = Registry::prepare_deployments(spec.tenant.clone(), &deployments, &aliases)?;
         let mut index = state.index.clone();
         if tenant_index == TenantIndex::default() {
             index.tenants.remove(name);
@@ -454,7 +443,7 @@ impl Catalog {
         }
         self.store
             .save(&index)
-            .map_err(|e| ControlError::Internal(format!("writing the index: {e}")))?;
+            .map_err(|e| ControlError::host("writing the index", e))?;
         state.index = index;
         self.registry.install(table);
         // Only what serves stays compiled in memory; the rest is loaded
@@ -478,9 +467,10 @@ impl Catalog {
         if let Some(c) = state.loaded.get(digest) {
             return Ok(c.clone());
         }
-        let path = self.store.path(digest).map_err(|e| {
-            ControlError::Internal(format!("the stored bytes of {digest} cannot be read: {e}"))
-        })?;
+        let path = self
+            .store
+            .path(digest)
+            .map_err(|e| ControlError::host("reading the stored bytes", e))?;
         let component = self.load(&path, digest).await?;
         state.loaded.insert(digest.to_owned(), component.clone());
         Ok(component)
@@ -498,11 +488,11 @@ impl Catalog {
             .compiles
             .acquire()
             .await
-            .map_err(|e| ControlError::Internal(format!("compiling: {e}")))?;
+            .map_err(|e| ControlError::host("waiting to compile", e))?;
         let (path, digest) = (path.to_path_buf(), digest.to_owned());
         let loaded = tokio::task::spawn_blocking(move || sandbox.load_known(&path, &digest))
             .await
-            .map_err(|e| ControlError::Internal(format!("compiling failed: {e}")))?;
+            .map_err(|e| ControlError::host("compiling", e))?;
         match loaded {
             Ok(component) => {
                 self.metrics.component_loaded(component.from_cache);
@@ -510,13 +500,13 @@ impl Catalog {
             }
             Err(LoadError::Compile(e @ (CompileError::TooSlow(_) | CompileError::TooBig(_)))) => {
                 tracing::warn!("a component was refused: {e}");
-                Err(ControlError::QuotaExceeded(e.to_string()))
+                Err(ControlError::CompileLimit(e))
             }
             Err(LoadError::Compile(e @ CompileError::Worker(_))) => {
                 tracing::warn!("a component could not be compiled: {e}");
-                Err(ControlError::Internal(e.to_string()))
+                Err(ControlError::host("compiling", e))
             }
-            Err(e) => Err(ControlError::InvalidArgument(e.to_string())),
+            Err(e) => Err(ControlError::Load(e)),
         }
     }
 }
