@@ -83,51 +83,7 @@ pub(crate) struct TaskState {
     pub(crate) watchdog: Watchdog,
 }
 
-/// What a task's state is made of, each part built by its own module
-/// (`stdio`, `tenant`, `http`, `limits`, `watchdog`) from the prepared
-/// tenant and the task.
-pub(crate) struct TaskParts {
-    pub(crate) wasi: WasiCtx,
-    /// Handles the task's resource table may hold at once.
-    pub(crate) max_handles: usize,
-    pub(crate) http_policy: HttpPolicy,
-    pub(crate) config: Arc<WasiConfigVariables>,
-    pub(crate) secrets: Arc<Secrets>,
-    pub(crate) limiter: Limiter,
-    pub(crate) capture: Arc<Mutex<Capture>>,
-    pub(crate) info: TaskInfo,
-    pub(crate) cancel: CancellationToken,
-    pub(crate) observer: Arc<dyn TaskObserver>,
-    pub(crate) max_details: usize,
-    pub(crate) labels: Arc<TaskLabels>,
-    pub(crate) watchdog: Watchdog,
-}
-
 impl TaskState {
-    /// The task's state from its parts, with a fresh resource table and
-    /// HTTP context: nothing carries over from another task.
-    pub(crate) fn new(parts: TaskParts) -> Self {
-        let mut table = ResourceTable::new();
-        table.set_max_capacity(parts.max_handles);
-        TaskState {
-            wasi: parts.wasi,
-            table,
-            http: WasiHttpCtx::new(),
-            http_policy: parts.http_policy,
-            config: parts.config,
-            secrets: parts.secrets,
-            limiter: parts.limiter,
-            capture: parts.capture,
-            info: parts.info,
-            cancel: parts.cancel,
-            observer: parts.observer,
-            heartbeats: 0,
-            max_details: parts.max_details,
-            labels: parts.labels,
-            watchdog: parts.watchdog,
-        }
-    }
-
     /// What the guest's `info()` returns for this attempt.
     fn activity_info(&self) -> types::ActivityInfo {
         let info = &self.info;

@@ -16,13 +16,14 @@ use serde_json::Value;
 use smallvec::SmallVec;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use wasmtime::component::Val;
 use wasmtime::component::types::Type;
+use wasmtime::component::{ResourceTable, Val};
 use wasmtime::{AsContext as _, CallHook, Store, UpdateDeadline};
+use wasmtime_wasi_http::WasiHttpCtx;
 
 use super::classify::{listed_names, shown_name};
 use super::component::LoadedComponent;
-use super::context::{TaskInfo, TaskParts, TaskState};
+use super::context::{TaskInfo, TaskState};
 use super::convert::from_json;
 use super::engine::Sandbox;
 use super::failure::{Failure, FailureClass, Outcome};
@@ -300,9 +301,12 @@ fn prepare(
         limits.max_http_bytes,
         labels.clone(),
     );
-    let state = TaskState::new(TaskParts {
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(limits.max_handles);
+    let state = TaskState {
         wasi,
-        max_handles: limits.max_handles,
+        table,
+        http: WasiHttpCtx::new(),
         http_policy,
         config: tenant.config_vars(),
         secrets: secrets.clone(),
@@ -311,10 +315,11 @@ fn prepare(
         info,
         cancel: cancel.clone(),
         observer: observer.clone(),
+        heartbeats: 0,
         max_details: limits.max_output,
         labels,
         watchdog: Watchdog::new(started, timeout, limits.cancel_grace),
-    });
+    };
     Ok(Prepared {
         state,
         capture,

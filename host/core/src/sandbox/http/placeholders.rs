@@ -7,7 +7,8 @@
 
 use hyper::http::HeaderValue;
 
-use crate::sandbox::secrets::{Entry, PLACEHOLDER_PREFIX, Secrets, contains};
+use crate::sandbox::secrets::spelling::contains;
+use crate::sandbox::secrets::{Entry, PLACEHOLDER_PREFIX, Secrets};
 
 /// Why a request carrying a placeholder was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
