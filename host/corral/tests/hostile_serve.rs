@@ -225,6 +225,18 @@ fn unauthenticated_flood(port: u16, streams: usize) -> Vec<String> {
             .unwrap();
         let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
         tokio::spawn(connection);
+        // One call answered first: by then the server's SETTINGS (its 16
+        // streams a connection) have arrived, so `ready()` below keeps the
+        // flood within them. Streams opened before that were refused with
+        // REFUSED_STREAM on a slow machine, which is not the bound tested.
+        client = client.ready().await.unwrap();
+        let probe = http::Request::post(format!("http://127.0.0.1:{port}/corral.v1.Admin/Run"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (probe, _body) = client.send_request(probe, true).unwrap();
+        let _ = probe.await;
         let mut frame = vec![0u8];
         frame.extend_from_slice(&4_000_000u32.to_be_bytes());
         frame.resize(5 + (1 << 20), b'x');
