@@ -192,7 +192,7 @@ fn bad_uploads_are_rejected_precisely_and_store_nothing() {
     }
 
     // Streams that end short of the announced size, or break mid-way.
-    let endpoint = format!("http://127.0.0.1:{}", host.admin);
+    let endpoint = format!("http://127.0.0.1:{}", host.admin());
     let receiving = |name: &str| {
         corral
             .stderr()

@@ -61,7 +61,7 @@ fn stranger(address: (&str, u16)) -> TcpStream {
 fn strangers_who_never_authenticate_cannot_shut_an_operator_out() {
     let host = Host::new("");
     let corral = host.serve(["", ""]);
-    let address = ("127.0.0.1", host.admin);
+    let address = ("127.0.0.1", host.admin());
     let before = corral.open_fds();
     let opened = Instant::now();
     // Twice the slots of strangers (and every slot the old cap had), each
@@ -165,7 +165,7 @@ const MAX_CONCURRENT_STREAMS: u16 = 0x3;
 fn calls_over_the_per_connection_cap_are_refused_and_the_host_serves_on() {
     let host = Host::new("");
     let _corral = host.serve(["", ""]);
-    let mut conn = TcpStream::connect(("127.0.0.1", host.admin)).unwrap();
+    let mut conn = TcpStream::connect(("127.0.0.1", host.admin())).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     conn.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();

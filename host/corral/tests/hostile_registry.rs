@@ -222,7 +222,7 @@ fn a_digest_a_registry_names_is_checked_before_metrics_show_it() {
         "",
     ]);
     corral.await_logged("is not a sha256 digest", 1);
-    let scraped = scrape(host.metrics);
+    let scraped = scrape(host.metrics());
     assert!(!scraped.contains("forged_sample"), "{scraped}");
     let follow: Vec<&str> = scraped
         .lines()

@@ -279,7 +279,7 @@ fn an_unauthenticated_flood_is_refused_on_its_headers_without_growing_the_host()
     let host = Host::new("");
     let corral = host.serve(["", ""]);
     let before = corral.status_kib("VmHWM");
-    let statuses = unauthenticated_flood(host.admin, 300);
+    let statuses = unauthenticated_flood(host.admin(), 300);
     let after = corral.status_kib("VmHWM");
     eprintln!("peak RSS {before} KiB before the flood, {after} KiB after");
     let refused = statuses.iter().filter(|s| *s == "16").count();
@@ -307,7 +307,7 @@ fn metrics_connections_are_capped_and_clients_holding_them_cannot_keep_a_scraper
     let host = Host::new("");
     let corral = host.serve(["", ""]);
     let before = corral.open_fds();
-    let address = ("127.0.0.1", host.metrics);
+    let address = ("127.0.0.1", host.metrics());
     // Sixteen connections take every slot, each asking for a page now and
     // then to stay open ...
     let mut held: Vec<TcpStream> = (0..16)
@@ -335,7 +335,7 @@ fn metrics_connections_are_capped_and_clients_holding_them_cannot_keep_a_scraper
         "{before} descriptors before, {during} with 66 connections"
     );
     // A scraper gets through all the same.
-    assert!(scrape(host.metrics).contains("corral_tasks_in_flight"));
+    assert!(scrape(host.metrics()).contains("corral_tasks_in_flight"));
     drop((held, extra));
 }
 
@@ -343,7 +343,7 @@ fn metrics_connections_are_capped_and_clients_holding_them_cannot_keep_a_scraper
 fn a_metrics_request_whose_headers_never_end_is_cut_off_at_their_deadline() {
     let host = Host::new("");
     let _corral = host.serve(["", ""]);
-    let mut slow = TcpStream::connect(("127.0.0.1", host.metrics)).unwrap();
+    let mut slow = TcpStream::connect(("127.0.0.1", host.metrics())).unwrap();
     let started = Instant::now();
     // A request line and one header, then nothing: the headers never end.
     slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: corral\r\n")
@@ -387,9 +387,9 @@ fn metrics_can_require_a_bearer_token() {
     let scraper = token();
     let host = Host::new(&format!("metrics_token_sha256 = \"{}\"", scraper.sha256));
     let _corral = host.serve(["", ""]);
-    assert!(get_metrics(host.metrics, None).contains("401"));
-    assert!(get_metrics(host.metrics, Some("corral_wrong")).contains("401"));
-    assert!(get_metrics(host.metrics, Some(&scraper.token)).contains("200"));
+    assert!(get_metrics(host.metrics(), None).contains("401"));
+    assert!(get_metrics(host.metrics(), Some("corral_wrong")).contains("401"));
+    assert!(get_metrics(host.metrics(), Some(&scraper.token)).contains("200"));
 }
 
 #[test]
@@ -401,16 +401,16 @@ fn an_invoke_whose_client_goes_away_is_counted_cancelled_not_left_in_flight() {
         .args(["invoke", "demo:misbehave/api.sleep", "60000"])
         .env(
             "CORRAL_ENDPOINT",
-            format!("http://127.0.0.1:{}", host.admin),
+            format!("http://127.0.0.1:{}", host.admin()),
         )
         .env("CORRAL_TOKEN", &host.tokens[0].token)
         .spawn()
         .unwrap();
     let in_flight = r#"corral_tasks_in_flight{tenant="alpha"}"#;
-    await_sample(host.metrics, in_flight, 1.0);
+    await_sample(host.metrics(), in_flight, 1.0);
     client.kill().unwrap();
     client.wait().unwrap();
-    await_sample(host.metrics, in_flight, 0.0);
+    await_sample(host.metrics(), in_flight, 0.0);
     let cancelled = r#"corral_tasks_total{tenant="alpha",activity_type="demo:misbehave/api.sleep",outcome="Cancelled"}"#;
     assert_eq!(
         sample(&host.scrape(), cancelled),
@@ -512,7 +512,7 @@ fn an_admin_message_over_the_limit_is_refused_unread_and_the_host_serves_on() {
     use corral::control::proto::{RunRequest, admin_client::AdminClient};
     let host = Host::new("");
     let corral = host.serve(["", ""]);
-    let endpoint = format!("http://127.0.0.1:{}", host.admin);
+    let endpoint = format!("http://127.0.0.1:{}", host.admin());
     let token = host.tokens[0].token.clone();
     let peak = || corral.status_kib("VmHWM");
     let before = peak();

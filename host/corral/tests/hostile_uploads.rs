@@ -48,7 +48,7 @@ fn unfinished_uploads_stream_to_disk_and_a_tenant_holds_only_its_share() {
         .enable_all()
         .build()
         .unwrap();
-    let endpoint = format!("http://127.0.0.1:{}", host.admin);
+    let endpoint = format!("http://127.0.0.1:{}", host.admin());
     let token = host.tokens[0].token.clone();
     // Eight uploads of 40 MiB, each sending half its bytes and then holding
     // its stream open.

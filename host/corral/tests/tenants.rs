@@ -39,7 +39,7 @@ fn tokens_reach_only_their_tenant_and_the_operator_reaches_all() {
         .args(["ls"])
         .env(
             "CORRAL_ENDPOINT",
-            format!("http://127.0.0.1:{}", host.admin),
+            format!("http://127.0.0.1:{}", host.admin()),
         )
         .env_remove("CORRAL_TOKEN")
         .output()
@@ -322,9 +322,9 @@ fn the_admin_api_speaks_tls_when_configured() {
     assert!(
         corral
             .stderr()
-            .contains(&format!("admin API on https://127.0.0.1:{}", host.admin))
+            .contains(&format!("admin API on https://127.0.0.1:{}", host.admin()))
     );
-    let https = format!("https://127.0.0.1:{}", host.admin);
+    let https = format!("https://127.0.0.1:{}", host.admin());
     let ls = |extra: &[&str]| {
         let mut args = vec!["ls", "--json", "--endpoint", &https];
         args.extend_from_slice(extra);
@@ -351,7 +351,7 @@ fn a_tls_handshake_that_never_ends_is_cut_off_at_its_deadline() {
         path(&key)
     ));
     let _corral = host.serve(["", ""]);
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", host.admin)).unwrap();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", host.admin())).unwrap();
     // The first bytes of a ClientHello record, then nothing.
     stream.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00]).unwrap();
     let started = Instant::now();

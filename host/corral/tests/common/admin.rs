@@ -1,6 +1,7 @@
 //! A corral host with two tenants and its admin API, for the control-plane
 //! end-to-end tests.
 
+use std::cell::Cell;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -33,8 +34,8 @@ pub fn token() -> Token {
 pub struct Host {
     pub server: TemporalServer,
     pub data: tempfile::TempDir,
-    pub admin: u16,
-    pub metrics: u16,
+    admin: Cell<u16>,
+    metrics: Cell<u16>,
     pub queues: [String; 2],
     pub tokens: [Token; 2],
     pub operator: Token,
@@ -46,8 +47,8 @@ impl Host {
         Host {
             server: TemporalServer::start(),
             data: tempfile::tempdir().expect("tempdir"),
-            admin: free_port(),
-            metrics: free_port(),
+            admin: Cell::new(free_port()),
+            metrics: Cell::new(free_port()),
             queues: [unique("alpha"), unique("beta")],
             tokens: [token(), token()],
             operator: token(),
@@ -68,8 +69,8 @@ data_dir = {data:?}
 operator_token_sha256 = "{operator}"
 {extra}
 "#,
-            admin = self.admin,
-            metrics = self.metrics,
+            admin = self.admin(),
+            metrics = self.metrics(),
             data = self.data.path().display().to_string(),
             operator = self.operator.sha256,
             extra = self.extra,
@@ -94,8 +95,44 @@ components = [{greeter}]
         text
     }
 
+    /// Serves this host's configuration. A port free when chosen can be
+    /// taken by another test's server before corral binds it: then the
+    /// admin and metrics ports are chosen again, up to three times.
     pub fn serve(&self, tenant_extra: [&str; 2]) -> Corral {
-        Corral::serve(&self.config(tenant_extra))
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("corral.toml");
+            std::fs::write(&path, self.config(tenant_extra)).expect("write config");
+            let args = [
+                "serve".into(),
+                "--config".into(),
+                path.display().to_string(),
+            ];
+            match Corral::try_start_with(None, &[], &args, dir) {
+                Ok(corral) => return corral,
+                Err(stderr) if stderr.contains("Address already in use") => {
+                    failures.push(stderr);
+                    self.admin.set(free_port());
+                    self.metrics.set(free_port());
+                }
+                Err(stderr) => panic!("corral serve did not become ready:\n{stderr}"),
+            }
+        }
+        panic!(
+            "corral serve did not become ready:\n{}",
+            failures.join("\n")
+        );
+    }
+
+    /// The admin API's port.
+    pub fn admin(&self) -> u16 {
+        self.admin.get()
+    }
+
+    /// The `/metrics` port.
+    pub fn metrics(&self) -> u16 {
+        self.metrics.get()
     }
 
     /// `corral <args>` against this host with `token`.
@@ -104,7 +141,7 @@ components = [{greeter}]
             .args(args)
             .env(
                 "CORRAL_ENDPOINT",
-                format!("http://127.0.0.1:{}", self.admin),
+                format!("http://127.0.0.1:{}", self.admin()),
             )
             .env("CORRAL_TOKEN", token)
             .output()
@@ -123,7 +160,7 @@ components = [{greeter}]
     }
 
     pub fn scrape(&self) -> String {
-        super::processes::scrape(self.metrics)
+        super::processes::scrape(self.metrics())
     }
 }
 

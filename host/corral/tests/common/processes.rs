@@ -294,6 +294,18 @@ impl Corral {
         args: &[String],
         dir: tempfile::TempDir,
     ) -> Corral {
+        Corral::try_start_with(cwd, env, args, dir)
+            .unwrap_or_else(|stderr| panic!("corral serve did not become ready:\n{stderr}"))
+    }
+
+    /// [`Corral::start_with`], or what corral said when it did not become
+    /// ready.
+    pub fn try_start_with(
+        cwd: Option<&Path>,
+        env: &[(&str, &str)],
+        args: &[String],
+        dir: tempfile::TempDir,
+    ) -> Result<Corral, String> {
         let mut child = spawn_watched_with(
             cwd,
             env,
@@ -315,9 +327,9 @@ impl Corral {
             _dir: dir,
         };
         if ready_rx.recv_timeout(Duration::from_secs(90)).is_err() {
-            panic!("corral serve did not become ready:\n{}", corral.stderr());
+            return Err(corral.stderr());
         }
-        corral
+        Ok(corral)
     }
 
     /// Waits (at most 90 s) until corral has logged `line` `times` times:
