@@ -101,15 +101,7 @@ components = [{greeter}]
     pub fn serve(&self, tenant_extra: [&str; 2]) -> Corral {
         let mut failures = Vec::new();
         for _ in 0..3 {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let path = dir.path().join("corral.toml");
-            std::fs::write(&path, self.config(tenant_extra)).expect("write config");
-            let args = [
-                "serve".into(),
-                "--config".into(),
-                path.display().to_string(),
-            ];
-            match Corral::try_start_with(None, &[], &args, dir) {
+            match Corral::try_serve(&self.config(tenant_extra)) {
                 Ok(corral) => return corral,
                 Err(stderr) if stderr.contains("Address already in use") => {
                     failures.push(stderr);

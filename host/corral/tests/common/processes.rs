@@ -250,17 +250,21 @@ fn collect(
 impl Corral {
     /// Writes `config` (TOML) to a file and serves it until "ready".
     pub fn serve(config: &str) -> Corral {
+        Corral::try_serve(config)
+            .unwrap_or_else(|stderr| panic!("corral serve did not become ready:\n{stderr}"))
+    }
+
+    /// [`Corral::serve`], or what corral said when it did not become ready.
+    pub fn try_serve(config: &str) -> Result<Corral, String> {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("corral.toml");
         std::fs::write(&path, config).expect("write config");
-        Corral::start(
-            &[
-                "serve".into(),
-                "--config".into(),
-                path.display().to_string(),
-            ],
-            dir,
-        )
+        let args = [
+            "serve".into(),
+            "--config".into(),
+            path.display().to_string(),
+        ];
+        Corral::try_start_with(None, &[], &args, dir)
     }
 
     /// Runs `corral <args>` until it says it is ready.
