@@ -45,6 +45,8 @@ struct Inner {
     /// Tenant → activity type → durations.
     durations: BTreeMap<String, BTreeMap<String, Histogram>>,
     instantiate: BTreeMap<String, Histogram>,
+    /// Tenant → tasks that ran in a warm instance.
+    reused: BTreeMap<String, u64>,
     in_flight: BTreeMap<String, u64>,
     uploads: BTreeMap<(String, &'static str), u64>,
     activations: BTreeMap<String, u64>,
@@ -137,6 +139,16 @@ impl Metrics {
         entry(&mut self.lock().instantiate, tenant).observe(took.as_secs_f64());
     }
 
+    /// A task ran in a warm instance instead of a new one.
+    pub fn task_reused(&self, tenant: &str) {
+        *entry(&mut self.lock().reused, tenant) += 1;
+    }
+
+    /// A tenant's tasks that ran in a warm instance.
+    pub fn reused_tasks(&self, tenant: &str) -> u64 {
+        self.lock().reused.get(tenant).copied().unwrap_or(0)
+    }
+
     pub fn upload(&self, tenant: &str, accepted: bool) {
         let result = if accepted { "accepted" } else { "rejected" };
         *self
@@ -226,6 +238,19 @@ impl Metrics {
         for (tenant, h) in &inner.instantiate {
             let labels = format!("tenant=\"{}\"", escape(tenant));
             histogram(&mut out, "corral_instantiate_seconds", &labels, h);
+        }
+        header(
+            &mut out,
+            "corral_instances_reused_total",
+            "counter",
+            "Tasks that ran in a warm instance (tenants with `reuse`) instead of a new one.",
+        );
+        for (tenant, n) in &inner.reused {
+            let _ = writeln!(
+                out,
+                "corral_instances_reused_total{{tenant=\"{}\"}} {n}",
+                escape(tenant)
+            );
         }
         header(
             &mut out,

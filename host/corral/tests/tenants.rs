@@ -371,3 +371,61 @@ fn a_tls_handshake_that_never_ends_is_cut_off_at_its_deadline() {
     // Well before the 60 s idle limit that would end it otherwise.
     assert!(took < HANDSHAKE + SLACK, "closed after {took:?}");
 }
+
+#[test]
+fn a_tenant_with_reuse_runs_warm_through_temporal_and_its_neighbour_does_not() {
+    let host = Host::new("");
+    let corral = host.serve(["reuse = { max_tasks = 10, idle = \"60s\" }", ""]);
+    let greet = |queue: &str| {
+        let (_, out) = execute(
+            &host.server,
+            queue,
+            "demo:greeter/api.greet",
+            &[r#"{"name":"Ada","language":"english"}"#, r#""casual""#],
+            &[],
+        );
+        assert_eq!(out["status"], "COMPLETED", "{out}\n{}", corral.stderr());
+        out["result"]["calls-in-instance"].clone()
+    };
+    let mut calls = Vec::new();
+    for _ in 0..3 {
+        calls.push((greet(&host.queues[0]), greet(&host.queues[1])));
+    }
+    // Alpha's tasks ran in one instance, beta's each in a new one.
+    let n = |a: u64, b: u64| (serde_json::json!(a), serde_json::json!(b));
+    assert_eq!(calls, [n(1, 1), n(2, 1), n(3, 1)]);
+
+    let status = json_of(&host.cli(&host.operator.token, &["status", "--json"]));
+    let tenant = |name: &str| {
+        status["tenants"]
+            .as_array()
+            .and_then(|all| all.iter().find(|t| t["name"] == name))
+            .unwrap_or_else(|| panic!("no {name} in {status}"))
+            .clone()
+    };
+    let (alpha, beta) = (tenant("alpha"), tenant("beta"));
+    assert_eq!(
+        (&alpha["reuse_max_tasks"], &alpha["reuse_idle_ms"]),
+        (&serde_json::json!(10), &serde_json::json!(60_000)),
+        "{status}"
+    );
+    assert_eq!(alpha["reused_tasks"], 2, "{status}");
+    assert_eq!(
+        (&beta["reuse_max_tasks"], &beta["reused_tasks"]),
+        (&serde_json::json!(0), &serde_json::json!(0)),
+        "{status}"
+    );
+    let scraped = common::processes::scrape(host.metrics());
+    assert_eq!(
+        common::processes::sample(&scraped, r#"corral_instances_reused_total{tenant="alpha"}"#),
+        Some(2.0),
+        "{scraped}"
+    );
+    let text_status = host.cli(&host.operator.token, &["status"]);
+    assert!(
+        text(&text_status)
+            .contains("reuse: up to 10 tasks per instance, kept 60s idle; 2 tasks ran warm"),
+        "{}",
+        text(&text_status)
+    );
+}

@@ -29,7 +29,13 @@ pub struct LoadedComponent {
     /// Whether the compiled code came from the on-disk cache.
     pub from_cache: bool,
     pub(crate) pre: InstancePre<TaskState>,
+    /// Which compilation this is, never reused by another: what a warm
+    /// instance is an instance of (see `warm`).
+    pub(crate) id: u64,
 }
+
+/// The next [`LoadedComponent::id`].
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl fmt::Debug for LoadedComponent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -279,6 +285,7 @@ impl Sandbox {
             imports,
             from_cache,
             pre,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         });
         let mut by_digest = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
         by_digest.retain(|_, component| component.strong_count() > 0);

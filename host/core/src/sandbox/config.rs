@@ -15,6 +15,10 @@ pub struct SandboxConfig {
     /// Component instances alive at once, host-wide: the size of the pooling
     /// allocator. Each in-flight task holds one.
     pub max_instances: u32,
+    /// Warm instances kept between the tasks of tenants that reuse them
+    /// (`Tenant::reuse`), host-wide; the pool has this many slots beyond
+    /// `max_instances`. 0: no tenant's instances are reused.
+    pub max_warm: u32,
     /// The largest linear memory any instance may have (the pool's slot
     /// size); a tenant's memory limit above it is refused.
     pub max_memory: u64,
@@ -71,6 +75,7 @@ impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
             max_instances: 1000,
+            max_warm: 64,
             max_memory: 1 << 30,
             max_table_elements: 100_000,
             yield_every_fuel: 10_000_000,

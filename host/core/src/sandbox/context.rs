@@ -59,7 +59,9 @@ impl fmt::Display for ContractViolation {
 
 impl std::error::Error for ContractViolation {}
 
-/// Everything one task's store holds. Nothing in it outlives the task.
+/// Everything one task's store holds. Nothing in it outlives the task, but
+/// for a warm instance's resource table, which the next task takes over
+/// when it holds only the guest's output streams (see `execute`).
 pub(crate) struct TaskState {
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,

@@ -24,6 +24,8 @@ pub struct Sandbox {
     pub(crate) loaded: std::sync::Mutex<LoadedByDigest>,
     /// Tasks running, and releases of idle pool memory (see `idle`).
     pub(crate) activity: super::idle::Activity,
+    /// Instances kept between a reusing tenant's tasks (see `warm`).
+    pub(crate) warm: Arc<super::warm::WarmHost>,
 }
 
 pub(crate) type LoadedByDigest =
@@ -37,6 +39,17 @@ impl Sandbox {
         self.activity.release(&self.engine, idle)
     }
 
+    /// Retires the warm instances left unused past their tenant's `idle`
+    /// at `now`; how many. A host calls it every second or so.
+    pub fn retire_idle_instances(&self, now: std::time::Instant) -> usize {
+        self.warm.retire_idle(now)
+    }
+
+    /// Warm instances kept now, waiting for their tenant's next task.
+    pub fn warm_instances(&self) -> usize {
+        self.warm.idle()
+    }
+
     /// Builds the engine and links WASI 0.2 and `corral:activity`.
     pub fn new(config: SandboxConfig) -> Result<Arc<Sandbox>> {
         if config.max_instances == 0 {
@@ -45,7 +58,9 @@ impl Sandbox {
         if config.yield_every_fuel == 0 {
             anyhow::bail!("sandbox: yield_every_fuel must be at least 1");
         }
-        let n = config.max_instances;
+        // Idle warm instances hold slots too: the pool has room for them
+        // beyond the instances tasks hold.
+        let n = config.max_instances.saturating_add(config.max_warm);
         let per = &config.per_component;
         let mut pool = PoolingAllocationConfig::new();
         // Every pool is sized for `n` components at their per-component
@@ -112,9 +127,10 @@ impl Sandbox {
         Ok(Arc::new(Sandbox {
             engine,
             linker,
-            config,
             loaded: Default::default(),
             activity: Default::default(),
+            warm: Arc::new(super::warm::WarmHost::new(config.max_warm)),
+            config,
         }))
     }
 

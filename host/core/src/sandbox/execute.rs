@@ -1,6 +1,7 @@
-//! Running one task: a fresh store and instance per task, limits applied,
-//! the call raced against its deadline and cancellation, and however it
-//! ends classified into an [`Outcome`].
+//! Running one task: a fresh store and instance per task (or, for a tenant
+//! that reuses them, a warm one with the task's own fresh state: see
+//! `warm`), limits applied, the call raced against its deadline and
+//! cancellation, and however it ends classified into an [`Outcome`].
 //!
 //! [`Sandbox::execute`] reads as its steps: check the arguments, prepare the
 //! task's state (each capability's part built by its own module: output
@@ -17,8 +18,9 @@ use smallvec::SmallVec;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use wasmtime::component::types::Type;
-use wasmtime::component::{ResourceTable, Val};
+use wasmtime::component::{Instance, ResourceTable, Val};
 use wasmtime::{AsContext as _, CallHook, Store, UpdateDeadline};
+use wasmtime_wasi::p2::DynOutputStream;
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use super::classify::{listed_names, shown_name};
@@ -35,6 +37,7 @@ use super::signature::ActivityType;
 use super::stdio::{Capture, GuestOutput};
 use super::task_id::TaskLabels;
 use super::tenant::PreparedTenant;
+use super::warm::Warm;
 use super::watchdog::{Verdict, Watchdog};
 use crate::sync::lock;
 use crate::trace::PHASES;
@@ -91,6 +94,11 @@ impl Sandbox {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        // A warm instance of this component, if the tenant reuses them and
+        // one is idle: its output capture carries on (the streams its guest
+        // kept write to it), under this task's labels and budget.
+        let warm = tenant.warm.take(component.id);
+        let capture = warm.as_ref().map(|w| w.store.data().capture.clone());
         let Prepared {
             state,
             capture,
@@ -102,13 +110,30 @@ impl Sandbox {
             &task.observer,
             &task.cancel,
             timeout,
+            capture,
         )
         .map_err(|e| Failure::new(FailureClass::Host, policy, e))?;
         // Counted in: idle pool memory is never released under a task.
         let _running = self.activity.enter(started).await;
-        let mut store = self
-            .store(state, limits)
-            .map_err(|e| Failure::new(FailureClass::Host, policy, e))?;
+        let (mut store, instance, tasks) = match warm {
+            Some(warm) => {
+                let Warm {
+                    mut store,
+                    instance,
+                    tasks,
+                    ..
+                } = warm;
+                self.renew(&mut store, state, limits)
+                    .map_err(|e| Failure::new(FailureClass::Host, policy, e))?;
+                (store, Some(instance), tasks)
+            }
+            None => {
+                let store = self
+                    .store(state, limits)
+                    .map_err(|e| Failure::new(FailureClass::Host, policy, e))?;
+                (store, None, 0)
+            }
+        };
         let mut result = [Val::Bool(false)];
         let results = &mut result[..usize::from(activity.result.is_some())];
         let race = Race {
@@ -121,7 +146,8 @@ impl Sandbox {
             grace: limits.cancel_grace,
             observer: &task.observer,
         };
-        let ended = race.run(&mut store, results).await;
+        let (ended, instance) = race.run(&mut store, instance, tasks, results).await;
+        let returned = matches!(ended, Ended::Returned(Ok(())));
         lock(&capture).finish();
         let secrets = &tenant.capabilities.secrets;
         let data = store.data();
@@ -143,7 +169,41 @@ impl Sandbox {
                 capture: &capture,
             },
         );
-        finish(outcome, secrets, &data.http_policy.refusals())
+        let refusals = data.http_policy.refusals();
+        if let Some(instance) = instance
+            && returned
+            && refusals.is_empty()
+            && !task.cancel.is_cancelled()
+            && clean(&outcome)
+            && keeps_only_its_output(&mut store)
+        {
+            tenant
+                .warm
+                .put(Warm::new(store, instance, tasks + 1, component.id));
+        }
+        finish(outcome, secrets, &refusals)
+    }
+
+    /// Readies a warm instance's store for the next task: the task's own
+    /// state in place of the last one's, but for the resource table (it
+    /// holds only the output streams the guest kept, see
+    /// [`keeps_only_its_output`]) and the memory the instance holds, which
+    /// the limit still covers; fuel and the deadline as for a new store.
+    fn renew(
+        &self,
+        store: &mut Store<TaskState>,
+        mut state: TaskState,
+        limits: &Limits,
+    ) -> Result<(), String> {
+        let last = store.data_mut();
+        state.table = std::mem::take(&mut last.table);
+        state.table.set_max_capacity(limits.max_handles);
+        state.limiter.carry(&last.limiter);
+        *last = state;
+        store.set_epoch_deadline(1);
+        store
+            .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+            .map_err(|e| format!("setting fuel: {e:#}"))
     }
 
     /// A store for the task's state, configured: its limiter, the hostcall
@@ -271,6 +331,7 @@ fn prepare(
     observer: &Arc<dyn TaskObserver>,
     cancel: &CancellationToken,
     timeout: Option<Duration>,
+    warm_capture: Option<Arc<Mutex<Capture>>>,
 ) -> Result<Prepared, String> {
     let limits = &tenant.limits;
     // Shared by the output capture, the HTTP policy and the store.
@@ -281,12 +342,18 @@ fn prepare(
         activity_id: crate::shown::shown(&info.activity_id, crate::shown::MAX_NAME),
     });
     let secrets = &tenant.capabilities.secrets;
-    let capture = Capture::new(
-        labels.clone(),
-        observer.clone(),
-        secrets.clone(),
-        limits.max_stdio,
-    );
+    let capture = match warm_capture {
+        Some(capture) => {
+            lock(&capture).restart(labels.clone(), observer.clone(), limits.max_stdio);
+            capture
+        }
+        None => Capture::new(
+            labels.clone(),
+            observer.clone(),
+            secrets.clone(),
+            limits.max_stdio,
+        ),
+    };
     let wasi = tenant
         .wasi_ctx(
             GuestOutput::new(Stream::Stdout, &capture),
@@ -340,15 +407,34 @@ struct Race<'a> {
 }
 
 impl Race<'_> {
-    async fn run(self, store: &mut Store<TaskState>, results: &mut [Val]) -> Ended {
+    /// The call's ending, and the instance it ran in (a warm one, or the
+    /// one it made) if it got one.
+    async fn run(
+        self,
+        store: &mut Store<TaskState>,
+        warm: Option<Instance>,
+        tasks: u32,
+        results: &mut [Val],
+    ) -> (Ended, Option<Instance>) {
+        let mut made = None;
         let call = async {
-            let instance = self
-                .component
-                .pre
-                .instantiate_async(&mut *store)
-                .instrument(tracing::debug_span!(target: PHASES, "instantiate"))
-                .await?;
-            self.observer.instantiated(self.started.elapsed());
+            let instance = match warm {
+                Some(instance) => {
+                    self.observer.reused(tasks);
+                    instance
+                }
+                None => {
+                    let instance = self
+                        .component
+                        .pre
+                        .instantiate_async(&mut *store)
+                        .instrument(tracing::debug_span!(target: PHASES, "instantiate"))
+                        .await?;
+                    self.observer.instantiated(self.started.elapsed());
+                    instance
+                }
+            };
+            made = Some(instance);
             let func = instance
                 .get_func(&mut *store, self.activity.export)
                 .ok_or_else(|| {
@@ -368,13 +454,51 @@ impl Race<'_> {
             self.cancel.cancelled().await;
             tokio::time::sleep(self.grace).await;
         };
-        tokio::select! {
+        let ended = tokio::select! {
             biased;
             returned = call => Ended::Returned(returned),
             () = deadline => Ended::DeadlineReached(self.timeout.unwrap_or_default()),
             () = interrupt => Ended::Interrupted,
-        }
+        };
+        (ended, made)
     }
+}
+
+/// Whether a task ended as a guest's task should: a result, or its own
+/// `err(...)`. Any other ending (a trap, a limit, invalid output, a host
+/// fault) retires its instance.
+fn clean(outcome: &Outcome) -> bool {
+    match outcome {
+        Ok(_) => true,
+        Err(failure) => failure.class == FailureClass::Application,
+    }
+}
+
+/// Whether the instance holds nothing of the host's but the output streams
+/// its guest kept (a libc keeps `stdout` and `stderr` once it has them),
+/// and wrote within its output budget: then the next task's state can
+/// replace this one's whole. Every other handle (a file, a directory, a
+/// request, a pollable, stdin) would carry this task's state into the
+/// next, so an instance holding one is not kept.
+fn keeps_only_its_output(store: &mut Store<TaskState>) -> bool {
+    let state = store.data_mut();
+    let (overflowed, open_streams) = {
+        let capture = lock(&state.capture);
+        (capture.overflowed(), capture.open_streams())
+    };
+    if overflowed {
+        return false;
+    }
+    let mut outputs = 0;
+    for (_, entry) in state.table.iter_mut() {
+        if entry.downcast_ref::<DynOutputStream>().is_none() {
+            return false;
+        }
+        outputs += 1;
+    }
+    // Every stream of the capture is in the table: any other output
+    // stream there (a file's, a request body's) makes one more.
+    outputs == open_streams
 }
 
 /// Hostcall fuel for an output limit: wasmtime charges the lifted size of

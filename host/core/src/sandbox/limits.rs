@@ -215,6 +215,12 @@ impl Limiter {
         }
     }
 
+    /// Carries over what a warm instance's memories hold: they keep it
+    /// into the next task, and the limit covers it there too.
+    pub(crate) fn carry(&mut self, previous: &Limiter) {
+        self.memory_in_use = previous.memory_in_use;
+    }
+
     fn breached(&mut self, breach: Breach) -> wasmtime::Result<bool> {
         self.breach.get_or_insert(breach.clone());
         Err(wasmtime::Error::new(LimitExceeded(breach)))

@@ -23,6 +23,7 @@ mod signature;
 mod stdio;
 mod task_id;
 mod tenant;
+mod warm;
 mod watchdog;
 
 pub use capabilities::{Capabilities, DirGrant, DirGrantError, DirMode};
@@ -44,3 +45,4 @@ pub use signature::{
     ActivityDescription, ActivityType, ParamDescription, UnsupportedExport, render,
 };
 pub use tenant::{PolicyError, PreparedTenant, SecretShadows, Tenant};
+pub use warm::{Reuse, ReuseError};

@@ -72,6 +72,12 @@ pub trait TaskObserver: Send + Sync {
         let _ = took;
     }
 
+    /// The task runs in a warm instance, which ran `tasks` tasks before it
+    /// (its tenant reuses instances): nothing was instantiated.
+    fn reused(&self, tasks: u32) {
+        let _ = tasks;
+    }
+
     /// The task ended having written `bytes` more output (or log text) than
     /// its budget allowed; that output was dropped.
     fn output_dropped(&self, bytes: u64) {

@@ -41,6 +41,9 @@ pub(crate) struct Capture {
     stderr_tail: VecDeque<u8>,
     /// Whether stderr's start has left the tail.
     stderr_cut: bool,
+    /// Streams of this capture the guest holds (`get-stdout`,
+    /// `get-stderr`): a warm instance may keep these, and only these.
+    open_streams: usize,
 }
 
 impl Capture {
@@ -59,7 +62,36 @@ impl Capture {
             lines: [Vec::new(), Vec::new()],
             stderr_tail: VecDeque::new(),
             stderr_cut: false,
+            open_streams: 0,
         }))
+    }
+
+    /// Starts over for the next task of a warm instance: the streams its
+    /// guest kept write here, now under this task's labels, observer and
+    /// budget.
+    pub(crate) fn restart(
+        &mut self,
+        labels: Arc<TaskLabels>,
+        observer: Arc<dyn TaskObserver>,
+        budget: usize,
+    ) {
+        self.labels = labels;
+        self.observer = observer;
+        self.budget = budget;
+        self.dropped = 0;
+        self.lines.iter_mut().for_each(Vec::clear);
+        self.stderr_tail.clear();
+        self.stderr_cut = false;
+    }
+
+    /// Whether the task wrote more than its budget (the excess was dropped).
+    pub(crate) fn overflowed(&self) -> bool {
+        self.dropped > 0
+    }
+
+    /// The output streams of this capture the guest holds now.
+    pub(crate) fn open_streams(&self) -> usize {
+        self.open_streams
     }
 
     fn write(&mut self, stream: Stream, mut bytes: &[u8]) {
@@ -227,7 +259,7 @@ impl IsTerminal for GuestOutput {
 
 impl StdoutStream for GuestOutput {
     fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(self.clone())
+        Box::new(OpenStream::new(self.clone()))
     }
 
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
@@ -255,6 +287,44 @@ impl OutputStream for GuestOutput {
 
 #[async_trait::async_trait]
 impl Pollable for GuestOutput {
+    async fn ready(&mut self) {}
+}
+
+/// A stream the guest holds, counted while it does (see
+/// [`Capture::open_streams`]).
+struct OpenStream(GuestOutput);
+
+impl OpenStream {
+    fn new(output: GuestOutput) -> Self {
+        lock(&output.capture).open_streams += 1;
+        OpenStream(output)
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        let mut capture = lock(&self.0.capture);
+        capture.open_streams = capture.open_streams.saturating_sub(1);
+    }
+}
+
+#[async_trait::async_trait]
+impl OutputStream for OpenStream {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.0.write(bytes)
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        self.0.flush()
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        self.0.check_write()
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for OpenStream {
     async fn ready(&mut self) {}
 }
 

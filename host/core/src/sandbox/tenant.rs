@@ -15,6 +15,7 @@ use super::engine::Sandbox;
 use super::failure::RetryPolicy;
 use super::limits::{Limits, format_bytes};
 use super::stdio::GuestOutput;
+use super::warm::WarmPool;
 
 /// A tenant's policy: its limits, capabilities and retry defaults, as
 /// configured. [`Sandbox::prepare`] checks it.
@@ -26,6 +27,9 @@ pub struct Tenant {
     pub cpu: crate::share::CpuShare,
     pub capabilities: Capabilities,
     pub retry: RetryPolicy,
+    /// Whether its instances serve more than one task (`None`: a fresh
+    /// instance for every task).
+    pub reuse: Option<super::Reuse>,
 }
 
 /// A policy this host cannot apply, naming what is wrong; the message
@@ -104,6 +108,9 @@ pub struct PreparedTenant {
     env: Arc<[(String, String)]>,
     /// The tenant's name, shared, not copied, by every task's log labels.
     pub(crate) label: Arc<str>,
+    /// Its instances between tasks, if it reuses them (a clone starts
+    /// with none: see `warm`).
+    pub(crate) warm: WarmPool,
 }
 
 impl std::fmt::Debug for PreparedTenant {
@@ -153,6 +160,7 @@ impl Sandbox {
         let config = guest_config(&tenant.capabilities, &[])?;
         Ok(PreparedTenant {
             label: tenant.name.as_str().into(),
+            warm: WarmPool::new(tenant.reuse, &self.warm),
             tenant,
             dirs: dirs.into(),
             config,

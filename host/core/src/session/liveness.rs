@@ -110,6 +110,13 @@ impl TaskObserver for Progress {
             observer.instantiated(took);
         }
     }
+
+    fn reused(&self, tasks: u32) {
+        self.metrics.task_reused(&self.tenant);
+        if let Some(observer) = &self.observer {
+            observer.reused(tasks);
+        }
+    }
 }
 
 struct Due {

@@ -182,6 +182,7 @@ impl Call {
             logs: seen.logs,
             output: seen.output,
             dropped_output: seen.dropped,
+            warm: seen.warm,
             elapsed,
         }
     }
@@ -206,6 +207,8 @@ pub struct TestRun {
     pub output: Vec<(Stream, String)>,
     /// Bytes of output and logs dropped over the budget.
     pub dropped_output: u64,
+    /// When the task ran in a warm instance: how many tasks it had run.
+    pub warm: Option<u32>,
     /// From the task's instance existing (the guest began to run) to the
     /// guest's last heartbeat, log line or output, if it got that far.
     pub active: Option<(Instant, Instant)>,
@@ -252,6 +255,7 @@ struct Seen {
     output: Vec<(Stream, String)>,
     dropped: u64,
     instantiated: Option<Instant>,
+    warm: Option<u32>,
     /// The guest's latest heartbeat, log line or output.
     last: Option<Instant>,
 }
@@ -267,6 +271,20 @@ impl Recorder {
         let mut seen = crate::sync::lock(&self.seen);
         seen.last = Some(Instant::now());
         seen
+    }
+}
+
+impl Recorder {
+    /// The guest began to run, in a new instance or a warm one.
+    fn began(&self, warm: Option<u32>) {
+        {
+            let mut seen = self.seen();
+            seen.instantiated = seen.last;
+            seen.warm = warm;
+        }
+        if let Some(started) = crate::sync::lock(&self.started).take() {
+            let _ = started.send(());
+        }
     }
 }
 
@@ -296,12 +314,10 @@ impl TaskObserver for Recorder {
     }
 
     fn instantiated(&self, _took: Duration) {
-        {
-            let mut seen = self.seen();
-            seen.instantiated = seen.last;
-        }
-        if let Some(started) = crate::sync::lock(&self.started).take() {
-            let _ = started.send(());
-        }
+        self.began(None);
+    }
+
+    fn reused(&self, tasks: u32) {
+        self.began(Some(tasks));
     }
 }

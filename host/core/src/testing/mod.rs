@@ -90,6 +90,12 @@ impl TestHostBuilder {
         self
     }
 
+    /// Runs tasks in warm instances (see [`Reuse`](crate::sandbox::Reuse)).
+    pub fn reuse(mut self, reuse: crate::sandbox::Reuse) -> Self {
+        self.tenant.reuse = Some(reuse);
+        self
+    }
+
     /// CPU budget per attempt, in fuel units.
     pub fn fuel(mut self, fuel: u64) -> Self {
         self.tenant.limits.fuel = Some(fuel);
@@ -244,7 +250,12 @@ impl TestHostBuilder {
         let max_concurrent = self
             .max_concurrent
             .unwrap_or(self.config.max_instances as usize);
-        let sandbox = Sandbox::new(self.config)?;
+        let mut config = self.config;
+        if self.tenant.reuse.is_none() {
+            // No slots beyond `max_instances` for warm instances nobody keeps.
+            config.max_warm = 0;
+        }
+        let sandbox = Sandbox::new(config)?;
         let tenant = sandbox.prepare(self.tenant)?;
         Ok(TestHost {
             sandbox,

@@ -1,11 +1,12 @@
 //! `CORRAL_BENCH_GUESTS=1`: what a task costs corral per guest language
-//! through Temporal. One `corral serve` (gRPC compression off) serves a
-//! tenant per language, each the language's trivial activity (a string in,
+//! through Temporal. One `corral serve` (gRPC compression off) serves two
+//! tenants per language, each the language's trivial activity (a string in,
 //! a string out, no host call): `examples/echo` in Rust, `python-shout`
-//! (componentize-py) and `js-greeter` (componentize-js). Rounds of 200
-//! activities per guest, 16 at a time, guests in turn; printed: corral's
-//! CPU per activity for each (from /proc), and each interpreter's extra
-//! over the Rust guest.
+//! (componentize-py) and `js-greeter` (componentize-js); one tenant with a
+//! fresh instance per task, one reusing warm instances (`reuse`). Rounds of
+//! 200 activities per tenant, 16 at a time, tenants in turn; printed:
+//! corral's CPU per activity for each (from /proc), and each one's ratio to
+//! the Rust guest's on fresh instances.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -22,7 +23,9 @@ const PER_ROUND: usize = 200;
 const CONCURRENCY: usize = 16;
 
 /// Language, component, activity type, result for "hello".
-const GUESTS: [(&str, &str, &str, &str); 3] = [
+type Guest = (&'static str, &'static str, &'static str, &'static str);
+
+const GUESTS: [Guest; 3] = [
     ("rust", "echo", "demo:echo/api.echo-string", "hello"),
     ("python", "python-shout", "shout-checked", "HELLO"),
     (
@@ -42,16 +45,21 @@ pub async fn bench(
 ) -> Result<()> {
     let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/dist");
     let mut toml = format!("[host]\nmax_concurrent = {CONCURRENCY}\n");
-    for (language, file, _, _) in GUESTS {
+    for (tenant, (_, file, _, _)) in tenants() {
+        let reuse = if tenant.ends_with(WARM) {
+            "reuse = { max_tasks = 100000, idle = \"60s\" }\n".to_owned()
+        } else {
+            String::new()
+        };
         let component = dist.join(format!("{file}.wasm"));
         anyhow::ensure!(
             component.exists(),
             "build the examples first: examples/build.sh"
         );
         toml.push_str(&format!(
-            "[[tenant]]\nname = \"{language}\"\ntemporal = {{ address = \"http://{address}\", \
-             task_queue = \"guest-{language}\", compression = \"none\" }}\n\
-             limits = {{ max_concurrent = {CONCURRENCY} }}\ncomponents = [{:?}]\n",
+            "[[tenant]]\nname = \"{tenant}\"\ntemporal = {{ address = \"http://{address}\", \
+             task_queue = \"guest-{tenant}\", compression = \"none\" }}\n\
+             limits = {{ max_concurrent = {CONCURRENCY} }}\ncomponents = [{:?}]\n{reuse}",
             component.display().to_string()
         ));
     }
@@ -66,23 +74,24 @@ pub async fn bench(
     );
     let pid = corral.0.id();
     let hello = json!("hello");
+    let tenants = tenants();
     let run = |i: usize, n: usize, round: String| {
-        let (language, _, activity, expected) = GUESTS[i];
-        let queue = format!("guest-{language}");
+        let (tenant, (_, _, activity, expected)) = &tenants[i];
+        let queue = format!("guest-{tenant}");
         let expected = json!(expected);
         let hello = hello.clone();
         async move {
-            let activity = (activity, &hello, &expected);
+            let activity = (*activity, &hello, &expected);
             common::load(client, &queue, activity, n, CONCURRENCY, &round).await
         }
     };
     // Warm each up (and wait for its worker to poll).
-    for i in 0..GUESTS.len() {
+    for i in 0..tenants.len() {
         run(i, 50, "warm".into()).await?;
     }
-    let mut cpu = [Duration::ZERO; 3];
+    let mut cpu = vec![Duration::ZERO; tenants.len()];
     for round in 0..rounds {
-        for i in (0..GUESTS.len()).map(|i| (round + i) % GUESTS.len()) {
+        for i in (0..tenants.len()).map(|i| (round + i) % tenants.len()) {
             let before = cpu_time(pid)?;
             run(i, PER_ROUND, format!("r{round}")).await?;
             cpu[i] += cpu_time(pid)? - before;
@@ -91,19 +100,31 @@ pub async fn bench(
     let n = (rounds * PER_ROUND) as f64;
     let per = |i: usize| cpu[i].as_secs_f64() * 1e3 / n;
     println!(
-        "{rounds} rounds × {PER_ROUND} activities per guest, {CONCURRENCY} at a time, no gRPC \
-         compression: corral's CPU per activity"
+        "{rounds} rounds × {PER_ROUND} activities per tenant, {CONCURRENCY} at a time, no gRPC \
+         compression: corral's CPU per activity, and its ratio to Rust's on fresh instances"
     );
-    for (i, (language, file, activity, _)) in GUESTS.iter().enumerate() {
-        let extra = if i == 0 {
-            String::new()
-        } else {
-            format!(", {:+.2} ms over Rust", per(i) - per(0))
-        };
+    for (i, (tenant, (_, file, activity, _))) in tenants.iter().enumerate() {
         println!(
-            "  {language:<10} {file:<13} {activity:<27} {:6.2} ms{extra}",
-            per(i)
+            "  {tenant:<15} {file:<13} {activity:<27} {:6.3} ms  {:5.2}x",
+            per(i),
+            per(i) / per(0)
         );
     }
     Ok(())
+}
+
+/// The suffix of the tenants that reuse warm instances.
+const WARM: &str = "-warm";
+
+/// Each guest's two tenants: fresh instances, then warm ones.
+fn tenants() -> Vec<(String, Guest)> {
+    GUESTS
+        .iter()
+        .flat_map(|guest| {
+            [
+                (guest.0.to_owned(), *guest),
+                (format!("{}{WARM}", guest.0), *guest),
+            ]
+        })
+        .collect()
 }

@@ -392,6 +392,9 @@ pub async fn status(args: ConnOnly) -> ExitCode {
                     "cpu_seconds": t.cpu_seconds,
                     "cpu_wait_seconds": t.cpu_wait_seconds,
                     "cpu_throttled_seconds": t.cpu_throttled_seconds,
+                    "reuse_max_tasks": t.reuse_max_tasks,
+                    "reuse_idle_ms": t.reuse_idle_ms,
+                    "reused_tasks": t.reused_tasks,
                     "outcomes": t.outcomes.iter().collect::<std::collections::BTreeMap<_, _>>(),
                     "activity_types": t.activity_types,
                     "active": t.active.iter().collect::<std::collections::BTreeMap<_, _>>(),
@@ -444,6 +447,14 @@ pub async fn status(args: ConnOnly) -> ExitCode {
             t.cpu_wait_seconds,
             t.cpu_throttled_seconds
         );
+        if t.reuse_max_tasks > 0 {
+            println!(
+                "  reuse: up to {} tasks per instance, kept {:?} idle; {} tasks ran warm",
+                t.reuse_max_tasks,
+                std::time::Duration::from_millis(t.reuse_idle_ms),
+                t.reused_tasks
+            );
+        }
         let active: std::collections::BTreeMap<_, _> = t.active.iter().collect();
         for (deployment, digest) in active {
             println!("  {deployment}: active {digest}");

@@ -103,6 +103,8 @@ impl CacheArgs {
         };
         SandboxConfig {
             max_instances: 4,
+            // One-off runs keep no warm instances.
+            max_warm: 0,
             cache_dir,
             ..SandboxConfig::default()
         }

@@ -97,6 +97,23 @@ async fn release_idle_memory(
     }
 }
 
+/// Retires warm instances unused past their tenant's `reuse.idle`, within
+/// a second of it.
+async fn retire_idle_instances(sandbox: Arc<Sandbox>, shutdown: CancellationToken) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let retired = sandbox.retire_idle_instances(std::time::Instant::now());
+        if retired > 0 {
+            tracing::debug!(retired, "retired warm instances left idle");
+        }
+    }
+}
+
 /// A line about the host itself (`corral: ready`, …): plain text on stderr,
 /// or with `log_format = "json"` a log event like every other line, so a
 /// collector reading JSON lines reads them all.
@@ -127,6 +144,13 @@ pub async fn run(
         // one (a smoke-test `Run` too, through the session), and freed
         // before the slot is; so a task with a slot always instantiates.
         max_instances: u32::try_from(config.host.max_concurrent)?,
+        // Idle warm instances have slots of their own beyond those, if any
+        // tenant keeps them.
+        max_warm: if config.tenants.iter().any(|t| t.tenant.reuse.is_some()) {
+            config.host.max_warm_instances
+        } else {
+            0
+        },
         max_memory: config.host.max_memory,
         cache_dir: config
             .host
@@ -214,6 +238,7 @@ pub async fn run(
         config.host.idle_memory_release,
         shutdown.clone(),
     ));
+    tokio::spawn(retire_idle_instances(sandbox.clone(), shutdown.clone()));
     let secrets: Vec<(String, Arc<Secrets>)> = config
         .tenants
         .iter()

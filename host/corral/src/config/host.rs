@@ -14,6 +14,10 @@ use crate::oci::Credential;
 use crate::telemetry::TracingConfig;
 use crate::token::TokenHash;
 
+/// The most warm instances a host may keep: each holds a pool slot and
+/// its guest's memory.
+const MAX_WARM_INSTANCES: u32 = 10_000;
+
 /// A certificate and key (PEM) for the admin endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsFiles {
@@ -28,6 +32,9 @@ pub struct HostConfig {
     pub shutdown_grace: Duration,
     pub cache_dir: Option<PathBuf>,
     pub max_memory: u64,
+    /// Warm instances kept between tasks of tenants with `reuse`, in all
+    /// (0: none are).
+    pub max_warm_instances: u32,
     /// How long to keep trying to reach an engine at start.
     pub connect_timeout: Duration,
     pub admin_listen: Option<SocketAddr>,
@@ -71,6 +78,7 @@ impl Default for HostConfig {
             shutdown_grace: Duration::from_secs(30),
             cache_dir: None,
             max_memory: 1 << 30,
+            max_warm_instances: 64,
             connect_timeout: Duration::from_secs(30),
             admin_listen: None,
             admin_tls: None,
@@ -101,6 +109,7 @@ pub(super) struct RawHost {
     shutdown_grace: Option<String>,
     cache_dir: Option<PathBuf>,
     max_memory: Option<String>,
+    max_warm_instances: Option<i64>,
     connect_timeout: Option<String>,
     admin_listen: Option<String>,
     admin_tls: Option<RawTls>,
@@ -151,6 +160,18 @@ pub(super) fn parse(raw: RawHost, base: &Path) -> Result<HostConfig, ConfigError
         )?,
         cache_dir: raw.cache_dir.map(|d| base.join(d)),
         max_memory: bytes(raw.max_memory.as_deref(), d.max_memory, "host.max_memory")?,
+        max_warm_instances: match raw.max_warm_instances {
+            None => d.max_warm_instances,
+            Some(n) => u32::try_from(n)
+                .ok()
+                .filter(|n| *n <= MAX_WARM_INSTANCES)
+                .ok_or_else(|| {
+                    invalid(
+                        "host.max_warm_instances",
+                        format!("must be a whole number from 0 to {MAX_WARM_INSTANCES}, got {n}"),
+                    )
+                })?,
+        },
         connect_timeout: duration(
             raw.connect_timeout.as_deref(),
             d.connect_timeout,

@@ -15,7 +15,9 @@ use super::{ConfigError, invalid};
 use crate::oci::{Credential, RepositoryPrefix};
 use crate::token::TokenHash;
 use corral_core::name::Name;
-use corral_core::sandbox::{DEFAULT_TIMEOUT, FailureClass, Limits, RetryPolicy, Tenant};
+use corral_core::sandbox::{
+    DEFAULT_TIMEOUT, FailureClass, Limits, RetryPolicy, Reuse, Tenant, parse_duration,
+};
 use corral_core::share::{CpuMax, CpuShare, CpuWeight};
 
 /// What one tenant may keep stored: versions and bytes (active or not).
@@ -90,6 +92,15 @@ pub(super) struct RawTenant {
     cpu_weight: Option<i64>,
     /// At most this many cores, whatever is idle.
     cpu_max: Option<f64>,
+    /// Warm instances: `{ max_tasks = N, idle = "30s" }`.
+    reuse: Option<RawReuse>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReuse {
+    max_tasks: i64,
+    idle: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -230,6 +241,14 @@ pub(super) fn parse(
                 .transpose()
                 .map_err(|e| invalid(key("cpu_max"), e))?,
         },
+        reuse: t
+            .reuse
+            .as_ref()
+            .map(|r| {
+                let idle = parse_duration(&r.idle).map_err(|e| invalid(key("reuse.idle"), e))?;
+                Reuse::new(r.max_tasks, idle).map_err(|e| invalid(key("reuse"), e))
+            })
+            .transpose()?,
     };
     tenant
         .capabilities

@@ -16,7 +16,7 @@ use super::proto::{self, admin_server::Admin, run_response, upload_request};
 use crate::connectors::local::{Local, Submission};
 use crate::oci::Registries;
 use crate::staging::{StageError, StagedComponent};
-use corral_core::sandbox::{Failure, TaskInfo, format_bytes};
+use corral_core::sandbox::{Failure, Reuse, TaskInfo, format_bytes};
 use corral_core::session::{Args, Session};
 use corral_core::shown::{MAX_NAME, Shown};
 
@@ -423,11 +423,12 @@ impl Admin for AdminService {
             .zip(active)
             .map(|(name, active)| {
                 let usage = self.session.permits.tenant_usage(&name);
-                let share = self
-                    .catalog
-                    .spec(&name)
+                let spec = self.catalog.spec(&name);
+                let share = spec
+                    .as_ref()
                     .map(|spec| spec.tenant.cpu)
                     .unwrap_or_default();
+                let reuse = spec.ok().and_then(|spec| spec.tenant.reuse);
                 let cpu = metrics.cpu(&name);
                 proto::TenantStatus {
                     active,
@@ -436,6 +437,11 @@ impl Admin for AdminService {
                     cpu_seconds: cpu.used.as_secs_f64(),
                     cpu_wait_seconds: cpu.waited.as_secs_f64(),
                     cpu_throttled_seconds: cpu.throttled.as_secs_f64(),
+                    reuse_max_tasks: reuse.map_or(0, Reuse::max_tasks),
+                    reuse_idle_ms: reuse.map_or(0, |r| {
+                        u64::try_from(r.idle().as_millis()).unwrap_or(u64::MAX)
+                    }),
+                    reused_tasks: metrics.reused_tasks(&name),
                     max_concurrent: usage.map_or(0, |u| saturate(u.limit)),
                     in_use: usage.map_or(0, |u| saturate(u.in_use)),
                     in_flight: u32::try_from(metrics.in_flight(&name)).unwrap_or(u32::MAX),

@@ -11,6 +11,12 @@ use exports::demo::hostile::api::Guest;
 
 struct Hostile;
 
+thread_local! {
+    /// What `keep-handle` holds on to between tasks.
+    static KEPT: std::cell::RefCell<Vec<wasip2::io::poll::Pollable>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Guest for Hostile {
     fn random_forever(bytes: u64) {
         loop {
@@ -76,6 +82,14 @@ impl Guest for Hostile {
         loop {
             corral_guest::log::info(&message);
         }
+    }
+
+    fn keep_handle() -> u32 {
+        let pollable = wasip2::clocks::monotonic_clock::subscribe_duration(1_000_000_000);
+        KEPT.with_borrow_mut(|kept| {
+            kept.push(pollable);
+            kept.len() as u32
+        })
     }
 
     fn burn(rounds: u64) -> u64 {

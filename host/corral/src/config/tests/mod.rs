@@ -5,6 +5,8 @@ use std::time::Duration;
 use corral_core::sandbox::{FailureClass, Limits};
 use corral_core::share::{CpuMax, CpuShare};
 
+mod reuse;
+
 const GOOD: &str = r#"
     [host]
     max_concurrent = 8
@@ -469,7 +471,7 @@ fn first_toml_block(doc: &str) -> &str {
 /// place of its `…`).
 #[test]
 fn the_readme_configuration_is_valid() {
-    let readme = include_str!("../../../../README.md");
+    let readme = include_str!("../../../../../README.md");
     let block = first_toml_block(&readme[readme.find("## Serve activities").unwrap()..]);
     let text = block.replace(
         "token_sha256 = \"…\"",
@@ -490,7 +492,7 @@ fn the_readme_configuration_is_valid() {
 /// The keyed-API page's configuration reads as it says.
 #[test]
 fn the_keyed_api_configuration_is_valid() {
-    let block = first_toml_block(include_str!("../../../../docs/keyed-apis.md"));
+    let block = first_toml_block(include_str!("../../../../../docs/keyed-apis.md"));
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("pay.key"), "sk_test_0123456789").unwrap();
     let text = block.replace("/run/secrets/acme-pay.key", "pay.key");
@@ -534,7 +536,7 @@ fn a_bad_trace_endpoint_or_secret_refresh_is_named() {
 #[test]
 fn the_documented_tenant_defaults_are_the_code_s() {
     use corral_core::sandbox::{parse_bytes, parse_duration};
-    let doc = include_str!("../../../../docs/operating-safely.md");
+    let doc = include_str!("../../../../../docs/operating-safely.md");
     let cell = |name: &str| -> String {
         let row = doc
             .lines()

@@ -1,0 +1,254 @@
+//! Warm instances: a tenant that opts in (`reuse`) has its next task run in
+//! the instance its last one left, instead of instantiating afresh.
+//!
+//! What persists is the guest's own: its linear memory and globals (an
+//! interpreter's loaded modules, a cache it filled). Everything the host
+//! gives a task is new for each one (see `execute`): the WASI context, the
+//! HTTP context and its budgets, fuel, deadline, output budget, `info()`,
+//! cancellation. Of the resource table only the standard output and error
+//! streams a guest's libc keeps may carry over, and they write to the
+//! current task's output; an instance left holding any other handle is not
+//! kept.
+//!
+//! An instance is kept only by the pool of one prepared tenant (one version
+//! of its grants, config and secrets; a deployment with its own config has
+//! its own) and for one exact component: a new version of either starts
+//! with no warm instance. It is taken out while a task runs in it, so two
+//! tasks never share one; it is retired after `max_tasks` tasks, after
+//! `idle` unused, and after any task that did not end cleanly (see
+//! `execute`).
+//!
+//! Idle instances hold pool slots and their memory: the host keeps at most
+//! [`SandboxConfig::max_warm`](super::SandboxConfig) of them in all (the
+//! pool has that many slots beyond `max_instances`, so a task can always
+//! instantiate), and a returning instance finding the host at that number is
+//! retired.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use wasmtime::Store;
+use wasmtime::component::Instance;
+
+use super::context::TaskState;
+use crate::sync::lock;
+
+/// A tenant's instance reuse, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reuse {
+    max_tasks: u32,
+    idle: Duration,
+}
+
+impl Reuse {
+    pub const MAX_TASKS: u32 = 1_000_000;
+    pub const MAX_IDLE: Duration = Duration::from_secs(3600);
+
+    /// At most `max_tasks` tasks per instance (2 or more: 1 is no reuse),
+    /// each instance kept at most `idle` (at most an hour) between two.
+    pub fn new(max_tasks: i64, idle: Duration) -> Result<Reuse, ReuseError> {
+        let max_tasks = match u32::try_from(max_tasks) {
+            Ok(n) if (2..=Self::MAX_TASKS).contains(&n) => n,
+            _ => return Err(ReuseError::MaxTasks(max_tasks)),
+        };
+        if idle.is_zero() || idle > Self::MAX_IDLE {
+            return Err(ReuseError::Idle(idle));
+        }
+        Ok(Reuse { max_tasks, idle })
+    }
+
+    pub fn max_tasks(self) -> u32 {
+        self.max_tasks
+    }
+
+    pub fn idle(self) -> Duration {
+        self.idle
+    }
+}
+
+/// Why a reuse setting was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReuseError {
+    #[error("max_tasks: must be a whole number from 2 to 1000000, got {0}")]
+    MaxTasks(i64),
+    #[error("idle: must be more than 0 and at most 1h, got {0:?}")]
+    Idle(Duration),
+}
+
+/// An instance between two tasks, with the store it lives in.
+pub(crate) struct Warm {
+    pub(crate) store: Store<TaskState>,
+    pub(crate) instance: Instance,
+    /// Tasks it has run.
+    pub(crate) tasks: u32,
+    /// Which loaded component it is an instance of.
+    component: u64,
+    since: Instant,
+}
+
+impl Warm {
+    pub(crate) fn new(
+        store: Store<TaskState>,
+        instance: Instance,
+        tasks: u32,
+        component: u64,
+    ) -> Self {
+        Warm {
+            store,
+            instance,
+            tasks,
+            component,
+            since: Instant::now(),
+        }
+    }
+}
+
+/// The host's count of idle warm instances and every pool, so idle ones
+/// can be retired on time.
+#[derive(Default)]
+pub(crate) struct WarmHost {
+    max_idle: usize,
+    idle: AtomicUsize,
+    pools: Mutex<Vec<Weak<Pool>>>,
+}
+
+impl WarmHost {
+    pub(crate) fn new(max_idle: u32) -> Self {
+        WarmHost {
+            max_idle: max_idle as usize,
+            ..WarmHost::default()
+        }
+    }
+
+    /// Idle warm instances now, host-wide.
+    pub(crate) fn idle(&self) -> usize {
+        self.idle.load(Ordering::Acquire)
+    }
+
+    /// Retires every instance idle past its tenant's `idle` at `now`;
+    /// how many.
+    pub(crate) fn retire_idle(&self, now: Instant) -> usize {
+        let pools: Vec<Arc<Pool>> = {
+            let mut pools = lock(&self.pools);
+            pools.retain(|p| p.strong_count() > 0);
+            pools.iter().filter_map(Weak::upgrade).collect()
+        };
+        pools
+            .iter()
+            .map(|pool| pool.retire_expired(now).len())
+            .sum()
+    }
+}
+
+/// The warm instances of one prepared tenant: none unless it reuses.
+///
+/// Cloning makes a new, empty pool: a clone is another version of the
+/// tenant (a deployment's config laid over it, a new route table), and no
+/// instance may pass from one version to another.
+pub(crate) struct WarmPool(Option<Arc<Pool>>);
+
+struct Pool {
+    reuse: Reuse,
+    host: Arc<WarmHost>,
+    idle: Mutex<Vec<Warm>>,
+}
+
+impl WarmPool {
+    pub(crate) fn new(reuse: Option<Reuse>, host: &Arc<WarmHost>) -> Self {
+        WarmPool(reuse.map(|reuse| {
+            let pool = Arc::new(Pool {
+                reuse,
+                host: host.clone(),
+                idle: Mutex::new(Vec::new()),
+            });
+            lock(&host.pools).push(Arc::downgrade(&pool));
+            pool
+        }))
+    }
+
+    /// The most recently used idle instance of `component`, if one is
+    /// warm; expired ones are retired on the way.
+    pub(crate) fn take(&self, component: u64) -> Option<Warm> {
+        let pool = self.0.as_ref()?;
+        let retired = pool.retire_expired(Instant::now());
+        let mut idle = lock(&pool.idle);
+        let at = idle.iter().rposition(|w| w.component == component)?;
+        let warm = idle.remove(at);
+        drop(idle);
+        pool.host.idle.fetch_sub(1, Ordering::AcqRel);
+        drop(retired);
+        Some(warm)
+    }
+
+    /// Keeps `warm` for the next task, unless it has run its `max_tasks`
+    /// or the host already keeps as many idle instances as it may.
+    pub(crate) fn put(&self, mut warm: Warm) {
+        let Some(pool) = &self.0 else { return };
+        if warm.tasks >= pool.reuse.max_tasks {
+            return;
+        }
+        let host = &pool.host;
+        if host.idle.fetch_add(1, Ordering::AcqRel) >= host.max_idle {
+            host.idle.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        warm.since = Instant::now();
+        lock(&pool.idle).push(warm);
+    }
+}
+
+impl Clone for WarmPool {
+    fn clone(&self) -> Self {
+        match &self.0 {
+            Some(pool) => WarmPool::new(Some(pool.reuse), &pool.host),
+            None => WarmPool(None),
+        }
+    }
+}
+
+impl Pool {
+    /// Takes out the instances idle past `reuse.idle` at `now`; they are
+    /// dropped (their slots freed) by the caller, outside the lock.
+    fn retire_expired(&self, now: Instant) -> Vec<Warm> {
+        let mut idle = lock(&self.idle);
+        let keep = |w: &Warm| now.saturating_duration_since(w.since) < self.reuse.idle;
+        if idle.iter().all(keep) {
+            return Vec::new();
+        }
+        let (kept, expired): (Vec<Warm>, Vec<Warm>) = idle.drain(..).partition(keep);
+        *idle = kept;
+        self.host.idle.fetch_sub(expired.len(), Ordering::AcqRel);
+        expired
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let idle = lock(&self.idle).len();
+        self.host.idle.fetch_sub(idle, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuse_needs_two_tasks_or_more_and_a_bounded_idle_time() {
+        let minute = Duration::from_secs(60);
+        assert!(Reuse::new(2, minute).is_ok());
+        assert_eq!(Reuse::new(1, minute), Err(ReuseError::MaxTasks(1)));
+        assert_eq!(Reuse::new(-3, minute), Err(ReuseError::MaxTasks(-3)));
+        assert_eq!(
+            Reuse::new(1_000_001, minute),
+            Err(ReuseError::MaxTasks(1_000_001))
+        );
+        assert_eq!(
+            Reuse::new(10, Duration::ZERO),
+            Err(ReuseError::Idle(Duration::ZERO))
+        );
+        let err = Reuse::new(10, Duration::from_secs(3601)).unwrap_err();
+        assert!(err.to_string().contains("at most 1h"), "{err}");
+    }
+}

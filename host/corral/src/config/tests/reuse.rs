@@ -1,0 +1,56 @@
+//! `reuse` (per tenant) and `max_warm_instances` (per host).
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::GOOD;
+use crate::config::Config;
+
+#[test]
+fn reuse_is_off_unless_a_tenant_sets_it_and_its_bounds_are_named() {
+    let parse = |extra: &str| {
+        Config::parse(
+            &GOOD.replace("name = \"acme\"", &format!("name = \"acme\"\n{extra}")),
+            Path::new("."),
+        )
+    };
+    let config = parse("").unwrap();
+    assert_eq!(config.tenants[0].tenant.reuse, None);
+    assert_eq!(config.host.max_warm_instances, 64);
+    let set = parse("reuse = { max_tasks = 50, idle = \"30s\" }").unwrap();
+    let reuse = set.tenants[0].tenant.reuse.unwrap();
+    assert_eq!(
+        (reuse.max_tasks(), reuse.idle()),
+        (50, Duration::from_secs(30))
+    );
+    for (setting, problem) in [
+        (
+            "reuse = { max_tasks = 1, idle = \"30s\" }",
+            "`acme`).reuse: max_tasks: must be a whole number from 2 to 1000000, got 1",
+        ),
+        (
+            "reuse = { max_tasks = 5, idle = \"2h\" }",
+            "`acme`).reuse: idle: must be more than 0 and at most 1h, got 7200s",
+        ),
+        (
+            "reuse = { max_tasks = 5, idle = \"soon\" }",
+            "`acme`).reuse.idle:",
+        ),
+        ("reuse = { max_tasks = 5 }", "missing field `idle`"),
+    ] {
+        let said = parse(setting).unwrap_err().to_string();
+        assert!(said.contains(problem), "{setting}: {said}");
+    }
+    let host = |n: &str| {
+        Config::parse(
+            &GOOD.replace("max_concurrent = 8", &format!("max_warm_instances = {n}")),
+            Path::new("."),
+        )
+    };
+    assert_eq!(host("0").unwrap().host.max_warm_instances, 0);
+    let said = host("-1").unwrap_err().to_string();
+    assert!(
+        said.contains("host.max_warm_instances: must be a whole number from 0 to 10000, got -1"),
+        "{said}"
+    );
+}
