@@ -236,3 +236,26 @@ async fn python_and_javascript_guests_run_warm() {
         assert_eq!(warm, [None, Some(1), Some(2)], "{guest}");
     }
 }
+
+/// A guest keeps deadlines and timestamps from its monotonic clock between
+/// tasks: in a warm instance that clock goes on, never back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_instances_monotonic_clock_never_runs_backwards() {
+    let host = host().reuse(reuse(10)).build().unwrap();
+    let hostile = host.load_file(hostile_guest("hostile")).unwrap();
+    let clock = |rounds: u64| {
+        hostile
+            .call("demo:hostile/api.monotonic")
+            .args([json!(rounds)])
+            .run()
+    };
+    // Read after some computing, so the clock is well past its start.
+    let first = clock(20_000_000).await;
+    let second = clock(0).await;
+    assert_eq!(second.warm, Some(1));
+    let (first, second) = (first.expect_ok(), second.expect_ok());
+    assert!(
+        second.as_u64() > first.as_u64(),
+        "the clock read {first} ns, then {second} ns in the next task"
+    );
+}

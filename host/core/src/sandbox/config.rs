@@ -96,6 +96,10 @@ pub(crate) fn wasm_config(max_wasm_stack: usize) -> Config {
     // Fuel, not epochs, bounds a busy guest: fuel needs no ticker thread
     // (waking one per task cost more CPU than the task), and it is
     // compiled in anyway for tenants' CPU budgets.
+    // No component-model concurrency: a guest's subtasks, streams and
+    // futures could outlive a call outside the resource table, which is
+    // what a warm instance is checked by (see `execute`).
+    wasm.concurrency_support(false);
     wasm.consume_fuel(true)
         // Never advanced: the epoch check is how the watchdog makes a
         // guest that lives in host calls yield (see `watchdog`).

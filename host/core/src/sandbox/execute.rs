@@ -98,11 +98,15 @@ impl Sandbox {
         // one is idle: its output capture carries on (the streams its guest
         // kept write to it), under this task's labels and budget.
         let warm = tenant.warm.take(component.id);
-        let capture = warm.as_ref().map(|w| w.store.data().capture.clone());
+        let carried = warm.as_ref().map(|w| Carried {
+            capture: w.store.data().capture.clone(),
+            born: w.born,
+        });
         let Prepared {
             state,
             capture,
             started,
+            born,
         } = prepare(
             tenant,
             activity,
@@ -110,7 +114,7 @@ impl Sandbox {
             &task.observer,
             &task.cancel,
             timeout,
-            capture,
+            carried,
         )
         .map_err(|e| Failure::new(FailureClass::Host, policy, e))?;
         // Counted in: idle pool memory is never released under a task.
@@ -177,9 +181,10 @@ impl Sandbox {
             && clean(&outcome)
             && keeps_only_its_output(&mut store)
         {
+            idle(store.data_mut());
             tenant
                 .warm
-                .put(Warm::new(store, instance, tasks + 1, component.id));
+                .put(Warm::new(store, instance, tasks + 1, born, component.id));
         }
         finish(outcome, secrets, &refusals)
     }
@@ -321,6 +326,15 @@ struct Prepared {
     capture: Arc<Mutex<Capture>>,
     /// When the attempt started: its deadline counts from here.
     started: Instant,
+    /// When its instance was made (see [`Warm::born`]).
+    born: Instant,
+}
+
+/// What a warm instance's next task takes over from its last.
+struct Carried {
+    /// The output capture the streams its guest kept write to.
+    capture: Arc<Mutex<Capture>>,
+    born: Instant,
 }
 
 /// Builds the task's state, each capability's part by its own module.
@@ -331,7 +345,7 @@ fn prepare(
     observer: &Arc<dyn TaskObserver>,
     cancel: &CancellationToken,
     timeout: Option<Duration>,
-    warm_capture: Option<Arc<Mutex<Capture>>>,
+    carried: Option<Carried>,
 ) -> Result<Prepared, String> {
     let limits = &tenant.limits;
     // Shared by the output capture, the HTTP policy and the store.
@@ -342,22 +356,26 @@ fn prepare(
         activity_id: crate::shown::shown(&info.activity_id, crate::shown::MAX_NAME),
     });
     let secrets = &tenant.capabilities.secrets;
-    let capture = match warm_capture {
-        Some(capture) => {
+    let (capture, born) = match carried {
+        Some(Carried { capture, born }) => {
             lock(&capture).restart(labels.clone(), observer.clone(), limits.max_stdio);
-            capture
+            (capture, born)
         }
-        None => Capture::new(
-            labels.clone(),
-            observer.clone(),
-            secrets.clone(),
-            limits.max_stdio,
+        None => (
+            Capture::new(
+                labels.clone(),
+                observer.clone(),
+                secrets.clone(),
+                limits.max_stdio,
+            ),
+            Instant::now(),
         ),
     };
     let wasi = tenant
         .wasi_ctx(
             GuestOutput::new(Stream::Stdout, &capture),
             GuestOutput::new(Stream::Stderr, &capture),
+            born,
         )
         .map_err(|e| e.to_string())?;
     let started = Instant::now();
@@ -391,6 +409,7 @@ fn prepare(
         state,
         capture,
         started,
+        born,
     })
 }
 
@@ -462,6 +481,20 @@ impl Race<'_> {
         };
         (ended, made)
     }
+}
+
+/// Lets go of what the finished task's state holds that the instance does
+/// not need while it waits (up to `reuse.idle`): the attempt's ids, its
+/// observer (and through it the engine's connector), its cancellation, and
+/// its WASI context with the tenant's open directories. The next task
+/// replaces all of it.
+fn idle(state: &mut TaskState) {
+    state.info = TaskInfo::default();
+    state.observer = UNOBSERVED.clone();
+    state.cancel = CancellationToken::new();
+    state.wasi = wasmtime_wasi::WasiCtx::builder().build();
+    let labels = state.labels.clone();
+    lock(&state.capture).restart(labels, UNOBSERVED.clone(), 0);
 }
 
 /// Whether a task ended as a guest's task should: a result, or its own

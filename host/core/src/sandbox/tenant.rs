@@ -5,9 +5,9 @@
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
+use wasmtime_wasi::{FsPerms, HostMonotonicClock, WasiCtx, WasiCtxBuilder};
 use wasmtime_wasi_config::WasiConfigVariables;
 
 use super::capabilities::{Capabilities, DirMode, MAX_RANDOM_BYTES};
@@ -301,9 +301,11 @@ impl PreparedTenant {
         &self,
         stdout: GuestOutput,
         stderr: GuestOutput,
+        born: Instant,
     ) -> Result<WasiCtx, PolicyError> {
         let mut builder = WasiCtxBuilder::new();
         builder
+            .monotonic_clock(InstanceClock(born))
             .stdout(stdout)
             .stderr(stderr)
             .envs(&self.env)
@@ -324,6 +326,21 @@ impl PreparedTenant {
                 })?;
         }
         Ok(builder.build())
+    }
+}
+
+/// The guest's monotonic clock: time since its instance was made, so a
+/// warm instance's clock goes on from one task to the next instead of
+/// starting over (a deadline a guest kept would move back).
+struct InstanceClock(Instant);
+
+impl HostMonotonicClock for InstanceClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
 

@@ -82,6 +82,9 @@ pub(crate) struct Warm {
     pub(crate) instance: Instance,
     /// Tasks it has run.
     pub(crate) tasks: u32,
+    /// When it was made: its guest's monotonic clock counts from here in
+    /// every task, so time never runs backwards for it.
+    pub(crate) born: Instant,
     /// Which loaded component it is an instance of.
     component: u64,
     since: Instant,
@@ -92,12 +95,14 @@ impl Warm {
         store: Store<TaskState>,
         instance: Instance,
         tasks: u32,
+        born: Instant,
         component: u64,
     ) -> Self {
         Warm {
             store,
             instance,
             tasks,
+            born,
             component,
             since: Instant::now(),
         }
@@ -134,10 +139,16 @@ impl WarmHost {
             pools.retain(|p| p.strong_count() > 0);
             pools.iter().filter_map(Weak::upgrade).collect()
         };
-        pools
-            .iter()
-            .map(|pool| pool.retire_expired(now).len())
-            .sum()
+        pools.iter().map(|pool| pool.retire_expired(now)).sum()
+    }
+
+    /// Drops retired instances, then counts them out: their slots are free
+    /// before another instance may take their place in the count.
+    fn retire(&self, retired: Vec<Warm>) -> usize {
+        let n = retired.len();
+        drop(retired);
+        self.idle.fetch_sub(n, Ordering::AcqRel);
+        n
     }
 }
 
@@ -171,13 +182,13 @@ impl WarmPool {
     /// warm; expired ones are retired on the way.
     pub(crate) fn take(&self, component: u64) -> Option<Warm> {
         let pool = self.0.as_ref()?;
-        let retired = pool.retire_expired(Instant::now());
+        pool.retire_expired(Instant::now());
         let mut idle = lock(&pool.idle);
         let at = idle.iter().rposition(|w| w.component == component)?;
         let warm = idle.remove(at);
         drop(idle);
+        // Its slot passes to the task, which holds a permit for it.
         pool.host.idle.fetch_sub(1, Ordering::AcqRel);
-        drop(retired);
         Some(warm)
     }
 
@@ -208,25 +219,27 @@ impl Clone for WarmPool {
 }
 
 impl Pool {
-    /// Takes out the instances idle past `reuse.idle` at `now`; they are
-    /// dropped (their slots freed) by the caller, outside the lock.
-    fn retire_expired(&self, now: Instant) -> Vec<Warm> {
-        let mut idle = lock(&self.idle);
-        let keep = |w: &Warm| now.saturating_duration_since(w.since) < self.reuse.idle;
-        if idle.iter().all(keep) {
-            return Vec::new();
-        }
-        let (kept, expired): (Vec<Warm>, Vec<Warm>) = idle.drain(..).partition(keep);
-        *idle = kept;
-        self.host.idle.fetch_sub(expired.len(), Ordering::AcqRel);
-        expired
+    /// Retires the instances idle past `reuse.idle` at `now` (dropped
+    /// outside the lock); how many.
+    fn retire_expired(&self, now: Instant) -> usize {
+        let expired = {
+            let mut idle = lock(&self.idle);
+            let keep = |w: &Warm| now.saturating_duration_since(w.since) < self.reuse.idle;
+            if idle.iter().all(keep) {
+                return 0;
+            }
+            let (kept, expired): (Vec<Warm>, Vec<Warm>) = idle.drain(..).partition(keep);
+            *idle = kept;
+            expired
+        };
+        self.host.retire(expired)
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        let idle = lock(&self.idle).len();
-        self.host.idle.fetch_sub(idle, Ordering::AcqRel);
+        let idle = std::mem::take(&mut *lock(&self.idle));
+        self.host.retire(idle);
     }
 }
 

@@ -92,6 +92,11 @@ impl Guest for Hostile {
         })
     }
 
+    fn monotonic(rounds: u64) -> u64 {
+        black_box(Self::burn(rounds));
+        wasip2::clocks::monotonic_clock::now()
+    }
+
     fn burn(rounds: u64) -> u64 {
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         for i in 0..rounds {
