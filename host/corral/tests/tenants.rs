@@ -428,4 +428,49 @@ fn a_tenant_with_reuse_runs_warm_through_temporal_and_its_neighbour_does_not() {
         "{}",
         text(&text_status)
     );
+
+    // A deployment's own reuse replaces its tenant's: beta's greeter now
+    // reuses, alpha's no longer does.
+    let greeter = path(&example("greeter"));
+    let [alpha_token, beta_token] = &host.tokens;
+    for (token, reuse, stored) in [
+        (
+            beta_token,
+            "10,60s",
+            serde_json::json!({"max_tasks": 10, "idle_ms": 60_000}),
+        ),
+        (
+            alpha_token,
+            "off",
+            serde_json::json!({"max_tasks": 0, "idle_ms": 0}),
+        ),
+    ] {
+        let out = host.cli(
+            &token.token,
+            &["deploy", &greeter, "--reuse", reuse, "--json"],
+        );
+        assert!(out.status.success(), "{}", text(&out));
+        let deployed = json_of(&out);
+        assert_eq!(deployed["reuse"], stored, "{}", text(&out));
+        let digest = deployed["digest"].as_str().unwrap_or_default().to_owned();
+        let described = host.cli(&token.token, &["describe", &digest]);
+        let says = if reuse == "off" {
+            "reuse:    off (a new instance for every task)"
+        } else {
+            "reuse:    up to 10 tasks per instance, kept 60s idle"
+        };
+        assert!(text(&described).contains(says), "{}", text(&described));
+    }
+    let mut calls = Vec::new();
+    for _ in 0..2 {
+        calls.push((greet(&host.queues[0]), greet(&host.queues[1])));
+    }
+    assert_eq!(calls, [n(1, 1), n(1, 2)]);
+    let refused = host.cli(&beta_token.token, &["deploy", &greeter, "--reuse", "1,60s"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("max_tasks: must be a whole number from 2 to 1000000, got 1"),
+        "{}",
+        text(&refused)
+    );
 }

@@ -45,4 +45,4 @@ pub use signature::{
     ActivityDescription, ActivityType, ParamDescription, UnsupportedExport, render,
 };
 pub use tenant::{PolicyError, PreparedTenant, SecretShadows, Tenant};
-pub use warm::{Reuse, ReuseError};
+pub use warm::{DeploymentReuse, Reuse, ReuseError};

@@ -15,7 +15,7 @@ use super::engine::Sandbox;
 use super::failure::RetryPolicy;
 use super::limits::{Limits, format_bytes};
 use super::stdio::GuestOutput;
-use super::warm::WarmPool;
+use super::warm::{DeploymentReuse, WarmPool};
 
 /// A tenant's policy: its limits, capabilities and retry defaults, as
 /// configured. [`Sandbox::prepare`] checks it.
@@ -171,16 +171,26 @@ impl Sandbox {
 
 impl PreparedTenant {
     /// The same tenant for one deployment whose own `config` is laid over
-    /// the tenant's (its keys win, a secret's name excepted).
-    pub fn with_config(
+    /// the tenant's (its keys win, a secret's name excepted), and whose own
+    /// `reuse` (if it has one) replaces the tenant's.
+    pub fn for_deployment(
         &self,
         overrides: &[(String, String)],
+        reuse: DeploymentReuse,
     ) -> Result<PreparedTenant, SecretShadows> {
-        if overrides.is_empty() {
-            return Ok(self.clone());
-        }
+        let config = if overrides.is_empty() {
+            self.config.clone()
+        } else {
+            guest_config(&self.tenant.capabilities, overrides)?
+        };
+        let reuse = reuse.over(self.tenant.reuse);
         Ok(PreparedTenant {
-            config: guest_config(&self.tenant.capabilities, overrides)?,
+            tenant: Tenant {
+                reuse,
+                ..self.tenant.clone()
+            },
+            config,
+            warm: self.warm.with(reuse),
             ..self.clone()
         })
     }

@@ -76,6 +76,29 @@ pub enum ReuseError {
     Idle(Duration),
 }
 
+/// A deployment's own reuse, over its tenant's `reuse`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeploymentReuse {
+    /// As its tenant.
+    #[default]
+    Tenant,
+    /// A new instance for every task, whatever the tenant's.
+    Off,
+    /// Warm instances with these bounds, whatever the tenant's.
+    On(Reuse),
+}
+
+impl DeploymentReuse {
+    /// What a deployment of a tenant reusing as `tenant` does.
+    pub fn over(self, tenant: Option<Reuse>) -> Option<Reuse> {
+        match self {
+            DeploymentReuse::Tenant => tenant,
+            DeploymentReuse::Off => None,
+            DeploymentReuse::On(reuse) => Some(reuse),
+        }
+    }
+}
+
 /// An instance between two tasks, with the store it lives in.
 pub(crate) struct Warm {
     pub(crate) store: Store<TaskState>,
@@ -157,7 +180,10 @@ impl WarmHost {
 /// Cloning makes a new, empty pool: a clone is another version of the
 /// tenant (a deployment's config laid over it, a new route table), and no
 /// instance may pass from one version to another.
-pub(crate) struct WarmPool(Option<Arc<Pool>>);
+pub(crate) struct WarmPool {
+    host: Arc<WarmHost>,
+    pool: Option<Arc<Pool>>,
+}
 
 struct Pool {
     reuse: Reuse,
@@ -167,21 +193,29 @@ struct Pool {
 
 impl WarmPool {
     pub(crate) fn new(reuse: Option<Reuse>, host: &Arc<WarmHost>) -> Self {
-        WarmPool(reuse.map(|reuse| {
-            let pool = Arc::new(Pool {
-                reuse,
-                host: host.clone(),
-                idle: Mutex::new(Vec::new()),
-            });
-            lock(&host.pools).push(Arc::downgrade(&pool));
-            pool
-        }))
+        WarmPool {
+            host: host.clone(),
+            pool: reuse.map(|reuse| {
+                let pool = Arc::new(Pool {
+                    reuse,
+                    host: host.clone(),
+                    idle: Mutex::new(Vec::new()),
+                });
+                lock(&host.pools).push(Arc::downgrade(&pool));
+                pool
+            }),
+        }
+    }
+
+    /// A new, empty pool of the same host, reusing as `reuse` says.
+    pub(crate) fn with(&self, reuse: Option<Reuse>) -> Self {
+        WarmPool::new(reuse, &self.host)
     }
 
     /// The most recently used idle instance of `component`, if one is
     /// warm; expired ones are retired on the way.
     pub(crate) fn take(&self, component: u64) -> Option<Warm> {
-        let pool = self.0.as_ref()?;
+        let pool = self.pool.as_ref()?;
         pool.retire_expired(Instant::now());
         let mut idle = lock(&pool.idle);
         let at = idle.iter().rposition(|w| w.component == component)?;
@@ -195,7 +229,7 @@ impl WarmPool {
     /// Keeps `warm` for the next task, unless it has run its `max_tasks`
     /// or the host already keeps as many idle instances as it may.
     pub(crate) fn put(&self, mut warm: Warm) {
-        let Some(pool) = &self.0 else { return };
+        let Some(pool) = &self.pool else { return };
         if warm.tasks >= pool.reuse.max_tasks {
             return;
         }
@@ -211,10 +245,7 @@ impl WarmPool {
 
 impl Clone for WarmPool {
     fn clone(&self) -> Self {
-        match &self.0 {
-            Some(pool) => WarmPool::new(Some(pool.reuse), &pool.host),
-            None => WarmPool(None),
-        }
+        self.with(self.pool.as_ref().map(|pool| pool.reuse))
     }
 }
 

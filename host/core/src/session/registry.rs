@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use crate::sandbox::{LoadedComponent, PreparedTenant, SecretShadows};
+use crate::sandbox::{DeploymentReuse, LoadedComponent, PreparedTenant, SecretShadows};
 
 /// Where a task goes.
 #[derive(Debug, Clone)]
@@ -61,11 +61,12 @@ pub enum RouteError {
 }
 
 /// A component to serve, with its deployment's own `wasi:config` laid
-/// over the tenant's.
+/// over the tenant's, and its own reuse.
 #[derive(Debug, Clone)]
 pub struct Deployment {
     pub component: Arc<LoadedComponent>,
     pub config: Vec<(String, String)>,
+    pub reuse: DeploymentReuse,
 }
 
 impl From<Arc<LoadedComponent>> for Deployment {
@@ -73,6 +74,7 @@ impl From<Arc<LoadedComponent>> for Deployment {
         Deployment {
             component,
             config: Vec::new(),
+            reuse: DeploymentReuse::Tenant,
         }
     }
 }
@@ -142,18 +144,21 @@ impl Registry {
     ) -> Result<TenantRoutes, RouteError> {
         let name = &tenant.name;
         let mut routes: HashMap<String, Route> = HashMap::new();
-        for Deployment { component, config } in deployments {
-            let runs_as = if config.is_empty() {
+        for Deployment {
+            component,
+            config,
+            reuse,
+        } in deployments
+        {
+            let runs_as = if config.is_empty() && *reuse == DeploymentReuse::Tenant {
                 tenant.clone()
             } else {
-                Arc::new(
-                    tenant
-                        .with_config(config)
-                        .map_err(|source| RouteError::Config {
-                            tenant: name.clone(),
-                            source,
-                        })?,
-                )
+                Arc::new(tenant.for_deployment(config, *reuse).map_err(|source| {
+                    RouteError::Config {
+                        tenant: name.clone(),
+                        source,
+                    }
+                })?)
             };
             for activity in &component.activities {
                 if let Some(existing) = routes.get(&*activity.name) {

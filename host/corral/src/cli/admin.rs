@@ -1,5 +1,5 @@
 //! The admin API's command line: `deploy`, `ls`, `describe`, `rm`,
-//! `activate`, `status`, `invoke`, and the local `token`. Tables for people,
+//! `activate`, `invoke`, and the local `token` (`status`: `status.rs`). Tables for people,
 //! `--json` for scripts. Exit codes: 0 done, 1 an invoked activity failed,
 //! 2 the call was refused (the gRPC status and its message are printed).
 
@@ -33,7 +33,7 @@ pub struct Conn {
     ca_cert: Option<PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 #[derive(clap::Args)]
@@ -55,6 +55,10 @@ pub struct DeployArgs {
     /// A `wasi:config` key of this deployment, over the tenant's: KEY=VALUE.
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
     config: Vec<(String, String)>,
+    /// This deployment's warm instances, over the tenant's `reuse`:
+    /// MAX_TASKS,IDLE (e.g. 1000,60s), or off.
+    #[arg(long, value_name = "MAX_TASKS,IDLE", value_parser = super::reuse_arg)]
+    reuse: Option<proto::Reuse>,
     /// Store it without activating it.
     #[arg(long)]
     inactive: bool,
@@ -63,7 +67,7 @@ pub struct DeployArgs {
 #[derive(clap::Args)]
 pub struct ConnOnly {
     #[command(flatten)]
-    conn: Conn,
+    pub(super) conn: Conn,
 }
 
 #[derive(clap::Args)]
@@ -103,7 +107,7 @@ pub struct TokenArgs {
 
 /// Why the admin API could not be called.
 #[derive(Debug, thiserror::Error)]
-enum ConnError {
+pub(super) enum ConnError {
     #[error("--endpoint `{endpoint}`: {source}")]
     Endpoint {
         endpoint: String,
@@ -131,7 +135,7 @@ enum ConnError {
 }
 
 impl Conn {
-    async fn client(&self) -> Result<AdminClient<Channel>, ConnError> {
+    pub(super) async fn client(&self) -> Result<AdminClient<Channel>, ConnError> {
         let endpoint_error = |source| ConnError::Endpoint {
             endpoint: self.endpoint.clone(),
             source,
@@ -161,7 +165,7 @@ impl Conn {
         Ok(AdminClient::new(channel).max_decoding_message_size(64 << 20))
     }
 
-    fn request<T>(&self, message: T) -> Result<Request<T>, ConnError> {
+    pub(super) fn request<T>(&self, message: T) -> Result<Request<T>, ConnError> {
         let mut request = Request::new(message);
         let Some(token) = &self.token else {
             return Err(ConnError::NoToken);
@@ -173,12 +177,12 @@ impl Conn {
         Ok(request)
     }
 
-    fn tenant(&self) -> String {
+    pub(super) fn tenant(&self) -> String {
         self.tenant.clone().unwrap_or_default()
     }
 }
 
-fn refused(status: &Status) -> ExitCode {
+pub(super) fn refused(status: &Status) -> ExitCode {
     usage_error(format!("{:?}: {}", status.code(), status.message()))
 }
 
@@ -187,18 +191,19 @@ macro_rules! call {
         let mut client = match $conn.client().await {
             Ok(client) => client,
             // With its causes: tonic's own text is only "transport error".
-            Err(e) => return error_exit(&e),
+            Err(e) => return $crate::cli::error_exit(&e),
         };
         let request = match $conn.request($message) {
             Ok(request) => request,
-            Err(e) => return error_exit(&e),
+            Err(e) => return $crate::cli::error_exit(&e),
         };
         match client.$method(request).await {
             Ok(response) => response.into_inner(),
-            Err(status) => return refused(&status),
+            Err(status) => return $crate::cli::admin::refused(&status),
         }
     }};
 }
+pub(super) use call;
 
 pub async fn deploy(args: DeployArgs) -> ExitCode {
     // `oci://…`: no bytes travel; the host pulls it (from registries the
@@ -230,6 +235,7 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
         inactive: args.inactive,
         oci_reference,
         config: args.config.into_iter().collect(),
+        reuse: args.reuse,
     };
     let mut messages = vec![proto::UploadRequest {
         part: Some(upload_request::Part::Header(header)),
@@ -321,6 +327,15 @@ pub async fn describe(args: DigestArgs) -> ExitCode {
     for (k, v) in &c.config {
         println!("  config:   {k}={v}");
     }
+    match &c.reuse {
+        Some(r) if r.max_tasks == 0 => println!("  reuse:    off (a new instance for every task)"),
+        Some(r) => println!(
+            "  reuse:    up to {} tasks per instance, kept {:?} idle",
+            r.max_tasks,
+            std::time::Duration::from_millis(r.idle_ms)
+        ),
+        None => {}
+    }
     print_activity_types(&c);
     for u in &c.unsupported {
         println!("  unsupported: {u}");
@@ -368,117 +383,6 @@ pub async fn activate(args: DigestArgs) -> ExitCode {
             "{} of `{}` is active (was {})",
             c.digest, c.name, response.previous_digest
         );
-    }
-    ExitCode::SUCCESS
-}
-
-pub async fn status(args: ConnOnly) -> ExitCode {
-    let request = proto::StatusRequest {
-        tenant: args.conn.tenant(),
-    };
-    let s = call!(args.conn, status, request);
-    if args.conn.json {
-        let tenants: Vec<Value> = s
-            .tenants
-            .iter()
-            .map(|t| {
-                json!({
-                    "name": t.name,
-                    "max_concurrent": t.max_concurrent,
-                    "in_use": t.in_use,
-                    "in_flight": t.in_flight,
-                    "cpu_weight": t.cpu_weight,
-                    "cpu_max": t.cpu_max,
-                    "cpu_seconds": t.cpu_seconds,
-                    "cpu_wait_seconds": t.cpu_wait_seconds,
-                    "cpu_throttled_seconds": t.cpu_throttled_seconds,
-                    "reuse_max_tasks": t.reuse_max_tasks,
-                    "reuse_idle_ms": t.reuse_idle_ms,
-                    "reused_tasks": t.reused_tasks,
-                    "outcomes": t.outcomes.iter().collect::<std::collections::BTreeMap<_, _>>(),
-                    "activity_types": t.activity_types,
-                    "active": t.active.iter().collect::<std::collections::BTreeMap<_, _>>(),
-                    "following": t.following.iter().map(|f| json!({
-                        "reference": f.reference,
-                        "deployment": f.deployment,
-                        "wanted": f.wanted,
-                        "active": f.active,
-                        "last_error": f.last_error,
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        println!(
-            "{}",
-            json!({"host_max_concurrent": s.host_max_concurrent, "host_in_use": s.host_in_use, "tenants": tenants})
-        );
-        return ExitCode::SUCCESS;
-    }
-    println!(
-        "host: {} of {} permits in use",
-        s.host_in_use, s.host_max_concurrent
-    );
-    for t in &s.tenants {
-        let mut outcomes: Vec<(&String, &u64)> = t.outcomes.iter().collect();
-        outcomes.sort();
-        let outcomes: Vec<String> = outcomes.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!(
-            "{}: {} of {} permits, {} running; outcomes: {}",
-            t.name,
-            t.in_use,
-            t.max_concurrent,
-            t.in_flight,
-            if outcomes.is_empty() {
-                "none yet".to_owned()
-            } else {
-                outcomes.join(" ")
-            }
-        );
-        println!("  serves: {}", t.activity_types.join(", "));
-        println!(
-            "  cpu: weight {}{}; used {:.3}s, waited {:.3}s for a core, throttled {:.3}s",
-            t.cpu_weight,
-            if t.cpu_max > 0.0 {
-                format!(", at most {} cores", t.cpu_max)
-            } else {
-                String::new()
-            },
-            t.cpu_seconds,
-            t.cpu_wait_seconds,
-            t.cpu_throttled_seconds
-        );
-        if t.reuse_max_tasks > 0 {
-            println!(
-                "  reuse: up to {} tasks per instance, kept {:?} idle; {} tasks ran warm",
-                t.reuse_max_tasks,
-                std::time::Duration::from_millis(t.reuse_idle_ms),
-                t.reused_tasks
-            );
-        }
-        let active: std::collections::BTreeMap<_, _> = t.active.iter().collect();
-        for (deployment, digest) in active {
-            println!("  {deployment}: active {digest}");
-        }
-        for f in &t.following {
-            let or_none = |d: &str| {
-                if d.is_empty() {
-                    "none".to_owned()
-                } else {
-                    d.to_owned()
-                }
-            };
-            println!(
-                "  follows {}: names {}, active {}{}",
-                f.reference,
-                or_none(&f.wanted),
-                or_none(&f.active),
-                if f.last_error.is_empty() {
-                    String::new()
-                } else {
-                    format!("; last check failed: {}", f.last_error)
-                }
-            );
-        }
     }
     ExitCode::SUCCESS
 }
@@ -568,6 +472,7 @@ fn component_json(c: &proto::Component) -> Value {
         "aliases": sorted(&c.aliases),
         "labels": sorted(&c.labels),
         "config": sorted(&c.config),
+        "reuse": c.reuse.as_ref().map(|r| json!({"max_tasks": r.max_tasks, "idle_ms": r.idle_ms})),
         "unsupported": c.unsupported,
         "outbound_http": c.outbound_http,
     })

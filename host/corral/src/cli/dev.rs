@@ -359,6 +359,7 @@ async fn deploy_file(
         aliases: Default::default(),
         labels: Default::default(),
         config: Default::default(),
+        reuse: Default::default(),
         inactive: false,
         pulled: None,
     };

@@ -9,6 +9,7 @@ mod new;
 mod push;
 mod run;
 mod serve;
+mod status;
 mod test;
 
 use std::path::PathBuf;
@@ -148,6 +149,31 @@ fn key_value(text: &str) -> Result<(String, String), NotKeyValue> {
     }
 }
 
+/// `--reuse`: `MAX_TASKS,IDLE` (e.g. `1000,60s`), or `off`.
+fn reuse_arg(text: &str) -> Result<corral::control::proto::Reuse, String> {
+    use corral::control::proto;
+    if text == "off" {
+        return Ok(proto::Reuse {
+            max_tasks: 0,
+            idle_ms: 0,
+        });
+    }
+    let (max_tasks, idle) = text
+        .split_once(',')
+        .ok_or_else(|| format!("`{text}` is not MAX_TASKS,IDLE (e.g. 1000,60s) or off"))?;
+    let max_tasks: i64 = max_tasks
+        .trim()
+        .parse()
+        .map_err(|_| format!("max_tasks: `{max_tasks}` is not a whole number"))?;
+    let idle =
+        corral_core::sandbox::parse_duration(idle.trim()).map_err(|e| format!("idle: {e}"))?;
+    let reuse = corral_core::sandbox::Reuse::new(max_tasks, idle).map_err(|e| e.to_string())?;
+    Ok(proto::Reuse {
+        max_tasks: reuse.max_tasks(),
+        idle_ms: u64::try_from(reuse.idle().as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
 /// Why the component a command names could not be read (shown with
 /// [`error_chain`]: an OCI error's causes matter).
 #[derive(Debug, thiserror::Error)]
@@ -271,7 +297,7 @@ pub fn main() -> ExitCode {
             Command::Describe(args) => admin::describe(args).await,
             Command::Rm(args) => admin::remove(args).await,
             Command::Activate(args) => admin::activate(args).await,
-            Command::Status(args) => admin::status(args).await,
+            Command::Status(args) => status::status(args).await,
             Command::Invoke(args) => admin::invoke(args).await,
             Command::Test(args) => test::test(args).await,
             Command::Token(args) => admin::token(args),
@@ -285,7 +311,24 @@ pub fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::key_value;
+    use super::{key_value, reuse_arg};
+
+    #[test]
+    fn reuse_is_max_tasks_and_idle_or_off_and_its_bounds_are_named() {
+        let r = reuse_arg("1000, 90s").unwrap();
+        assert_eq!((r.max_tasks, r.idle_ms), (1000, 90_000));
+        assert_eq!(reuse_arg("off").unwrap().max_tasks, 0);
+        for (bad, says) in [
+            ("1000", "is not MAX_TASKS,IDLE"),
+            ("many,60s", "max_tasks: `many` is not a whole number"),
+            ("1,60s", "from 2 to 1000000, got 1"),
+            ("10,5", "idle:"),
+            ("10,2h", "at most 1h"),
+        ] {
+            let err = reuse_arg(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn key_value_splits_at_the_first_equals_and_needs_a_key() {

@@ -13,10 +13,11 @@ use super::catalog::{Catalog, ControlError, NewVersion, Refusal, VersionView};
 use super::follow::Follower;
 use super::metadata::Pulled;
 use super::proto::{self, admin_server::Admin, run_response, upload_request};
+use super::store::StoredReuse;
 use crate::connectors::local::{Local, Submission};
 use crate::oci::Registries;
 use crate::staging::{StageError, StagedComponent};
-use corral_core::sandbox::{Failure, Reuse, TaskInfo, format_bytes};
+use corral_core::sandbox::{DeploymentReuse, Failure, Reuse, TaskInfo, format_bytes};
 use corral_core::session::{Args, Session};
 use corral_core::shown::{MAX_NAME, Shown};
 
@@ -254,6 +255,10 @@ pub fn to_proto(view: &VersionView) -> proto::Component {
         unsupported,
         outbound_http,
         config: v.config.clone().into_iter().collect(),
+        reuse: v.reuse.map(|r| proto::Reuse {
+            max_tasks: r.max_tasks,
+            idle_ms: r.idle_ms,
+        }),
     }
 }
 
@@ -324,6 +329,15 @@ impl Admin for AdminService {
                 aliases: header.aliases.into_iter().collect(),
                 labels: header.labels.into_iter().collect(),
                 config: header.config.into_iter().collect(),
+                reuse: match header.reuse {
+                    None => DeploymentReuse::Tenant,
+                    Some(r) => StoredReuse {
+                        max_tasks: r.max_tasks,
+                        idle_ms: r.idle_ms,
+                    }
+                    .get()
+                    .map_err(|e| status(e.into()))?,
+                },
                 inactive: header.inactive,
                 pulled,
             };

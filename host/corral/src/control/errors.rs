@@ -23,6 +23,8 @@ pub enum ControlError {
     DeploymentName(BadName),
     #[error(transparent)]
     Metadata(#[from] MetadataError),
+    #[error("the deployment's reuse: {0}")]
+    Reuse(#[from] corral_core::sandbox::ReuseError),
     #[error("these bytes are already stored as {digest} of deployment `{stored}`, not `{asked}`")]
     StoredAsAnother {
         digest: String,
@@ -95,6 +97,7 @@ impl ControlError {
             ControlError::NoSuchVersion(_) => NotFound,
             ControlError::DeploymentName(_)
             | ControlError::Metadata(_)
+            | ControlError::Reuse(_)
             | ControlError::StoredAsAnother { .. }
             | ControlError::Load(_) => InvalidArgument,
             ControlError::RemovingActive { .. } | ControlError::Routes(_) => FailedPrecondition,

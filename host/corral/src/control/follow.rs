@@ -195,6 +195,7 @@ impl Follower {
             aliases: BTreeMap::new(),
             labels: BTreeMap::new(),
             config: BTreeMap::new(),
+            reuse: Default::default(),
             inactive: false,
             pulled: Some(Pulled {
                 reference: reference.to_string(),

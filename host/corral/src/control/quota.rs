@@ -77,6 +77,7 @@ mod tests {
             config: BTreeMap::new(),
             compiled: 0,
             pulled: None,
+            reuse: None,
         }
     }
 

@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use corral_core::sandbox::{DeploymentReuse, Reuse, ReuseError};
+
 use super::metadata::Pulled;
 use crate::staging::{StagedComponent, Staging};
 
@@ -46,6 +48,52 @@ pub struct Version {
     /// Where the host pulled it from (the host's record, not a label).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pulled: Option<Pulled>,
+    /// The deployment's own reuse (none: the tenant's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuse: Option<StoredReuse>,
+}
+
+/// A deployment's own reuse as stored; validated again when it is read
+/// ([`StoredReuse::get`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredReuse {
+    /// 0: a new instance for every task.
+    pub max_tasks: u32,
+    pub idle_ms: u64,
+}
+
+impl StoredReuse {
+    /// How a deployment reusing as `reuse` is stored (`None`: as its tenant).
+    pub fn of(reuse: DeploymentReuse) -> Option<StoredReuse> {
+        match reuse {
+            DeploymentReuse::Tenant => None,
+            DeploymentReuse::Off => Some(StoredReuse {
+                max_tasks: 0,
+                idle_ms: 0,
+            }),
+            DeploymentReuse::On(reuse) => Some(StoredReuse {
+                max_tasks: reuse.max_tasks(),
+                idle_ms: u64::try_from(reuse.idle().as_millis()).unwrap_or(u64::MAX),
+            }),
+        }
+    }
+
+    /// The reuse it stands for, or why it cannot be one.
+    pub fn get(self) -> Result<DeploymentReuse, ReuseError> {
+        if self.max_tasks == 0 {
+            return Ok(DeploymentReuse::Off);
+        }
+        let idle = std::time::Duration::from_millis(self.idle_ms);
+        Reuse::new(i64::from(self.max_tasks), idle).map(DeploymentReuse::On)
+    }
+}
+
+impl Version {
+    /// The deployment's reuse.
+    pub fn deployment_reuse(&self) -> Result<DeploymentReuse, ReuseError> {
+        self.reuse
+            .map_or(Ok(DeploymentReuse::Tenant), StoredReuse::get)
+    }
 }
 
 impl Version {
@@ -393,6 +441,7 @@ mod tests {
             config: BTreeMap::new(),
             compiled: 0,
             pulled: None,
+            reuse: None,
         }
     }
 
@@ -483,5 +532,23 @@ mod tests {
             t.find("bbbbbbbb").unwrap_err(),
             FindError::NoMatch("bbbbbbbb".into())
         );
+    }
+
+    #[test]
+    fn a_stored_reuse_is_checked_again_when_read() {
+        use corral_core::sandbox::{DeploymentReuse, Reuse};
+        let on = DeploymentReuse::On(Reuse::new(10, std::time::Duration::from_secs(60)).unwrap());
+        for reuse in [DeploymentReuse::Tenant, DeploymentReuse::Off, on] {
+            let stored = StoredReuse::of(reuse);
+            let read = stored.map_or(Ok(DeploymentReuse::Tenant), StoredReuse::get);
+            assert_eq!(read, Ok(reuse));
+        }
+        // An index edited by hand: refused by name, not served.
+        let forged = StoredReuse {
+            max_tasks: 1,
+            idle_ms: 1000,
+        };
+        let err = forged.get().unwrap_err().to_string();
+        assert!(err.contains("max_tasks"), "{err}");
     }
 }

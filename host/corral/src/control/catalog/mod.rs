@@ -16,12 +16,14 @@ use sha2::{Digest, Sha256};
 
 pub use super::errors::{CatalogError, ControlError, Refusal};
 use super::metadata::{self, Pulled};
-use super::store::{Index, Store, TenantIndex, Version};
+use super::store::{Index, Store, StoredReuse, TenantIndex, Version};
 use crate::config::Quota;
 use crate::oci::{Credential, RepositoryPrefix};
 use crate::staging::{StagedComponent, Staging};
 use corral_core::metrics::Metrics;
-use corral_core::sandbox::{CompileError, LoadError, LoadedComponent, PreparedTenant, Sandbox};
+use corral_core::sandbox::{
+    CompileError, DeploymentReuse, LoadError, LoadedComponent, PreparedTenant, Sandbox,
+};
 use corral_core::session::{Deployment, Registry};
 
 /// A tenant as configured: its policy and its configuration-wide aliases.
@@ -58,6 +60,8 @@ pub struct NewVersion {
     pub labels: BTreeMap<String, String>,
     /// The deployment's own `wasi:config` keys.
     pub config: BTreeMap<String, String>,
+    /// The deployment's own reuse.
+    pub reuse: DeploymentReuse,
     /// Store without activating.
     pub inactive: bool,
     /// Where the host pulled it from: set by the host only.
@@ -213,6 +217,7 @@ impl Catalog {
             config: new.config.clone(),
             compiled: 0,
             pulled: new.pulled.clone(),
+            reuse: StoredReuse::of(new.reuse),
         };
         // Refused before compiling, and again (with the compiled size, and
         // the index may have changed meanwhile) before anything is written.
@@ -247,6 +252,7 @@ impl Catalog {
                 // The same bytes, deployed with other settings: the
                 // settings are the version's, so they change with it.
                 v.config = new.config.clone();
+                v.reuse = StoredReuse::of(new.reuse);
                 v
             }
             None => candidate,
@@ -431,6 +437,7 @@ impl Catalog {
             deployments.push(Deployment {
                 component: self.loaded(state, &version.digest).await?,
                 config: version.config.clone().into_iter().collect(),
+                reuse: version.deployment_reuse()?,
             });
         }
         let aliases = aliases(spec, &tenant_index);

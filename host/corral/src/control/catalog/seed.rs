@@ -92,6 +92,7 @@ impl Catalog {
                     config: BTreeMap::new(),
                     compiled: self.sandbox.compiled_size(&digest).unwrap_or(0),
                     pulled,
+                    reuse: None,
                 });
             }
             tenant_index.active.insert(name, digest.clone());
