@@ -259,3 +259,33 @@ async fn a_warm_instances_monotonic_clock_never_runs_backwards() {
         "the clock read {first} ns, then {second} ns in the next task"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_warm_slots_even_out_between_tenants_that_reuse() {
+    let shared = Shared::new(2);
+    let a = shared.tenant("a", Some(reuse(100)));
+    let b = shared.tenant("b", Some(reuse(100)));
+    // Two of `a`'s tasks at once (each waits on the clock, so both are
+    // in flight together): two instances, and the host is full.
+    let sleep = || Task::new("demo:misbehave/api.sleep", vec![json!(20)]);
+    let (first, second) = tokio::join!(
+        shared.sandbox.execute(&shared.component, &a, sleep()),
+        shared.sandbox.execute(&shared.component, &a, sleep()),
+    );
+    first.unwrap();
+    second.unwrap();
+    assert_eq!(shared.sandbox.warm_instances(), 2);
+    // `b`'s instance takes the place of `a`'s oldest: both tenants run warm.
+    assert_eq!(shared.counter(&b).await, json!(1));
+    assert_eq!(shared.sandbox.warm_instances(), 2);
+    assert_eq!(shared.counter(&b).await, json!(2));
+    // `a` kept its other instance.
+    assert_eq!(shared.counter(&a).await, json!(1));
+    assert_eq!(shared.counter(&a).await, json!(2));
+    assert_eq!(shared.sandbox.warm_instances(), 2);
+    // Even now (one each): a third tenant takes neither's.
+    let c = shared.tenant("c", Some(reuse(100)));
+    assert_eq!(shared.counter(&c).await, json!(1));
+    assert_eq!(shared.counter(&c).await, json!(1));
+    assert_eq!(shared.counter(&b).await, json!(3));
+}

@@ -21,8 +21,9 @@
 //! Idle instances hold pool slots and their memory: the host keeps at most
 //! [`SandboxConfig::max_warm`](super::SandboxConfig) of them in all (the
 //! pool has that many slots beyond `max_instances`, so a task can always
-//! instantiate), and a returning instance finding the host at that number is
-//! retired.
+//! instantiate). A returning instance finding the host at that number takes
+//! the place of the oldest instance of the pool keeping the most (if it
+//! keeps at least two more than its own pool), or is retired.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -165,6 +166,37 @@ impl WarmHost {
         pools.iter().map(|pool| pool.retire_expired(now)).sum()
     }
 
+    /// Counts one more idle instance in, if the host may keep it.
+    fn reserve(&self) -> bool {
+        if self.idle.fetch_add(1, Ordering::AcqRel) < self.max_idle {
+            return true;
+        }
+        self.idle.fetch_sub(1, Ordering::AcqRel);
+        false
+    }
+
+    /// The host is full: retires the oldest idle instance of the pool
+    /// keeping the most, if it keeps at least two more than `pool` does
+    /// (so two pools never trade an instance back and forth). So a tenant
+    /// whose tasks came first cannot hold every warm slot while others
+    /// reuse too: the slots even out between the pools that use them.
+    fn make_room(&self, pool: &Arc<Pool>) -> bool {
+        let own = lock(&pool.idle).len();
+        let pools: Vec<Arc<Pool>> = lock(&self.pools).iter().filter_map(Weak::upgrade).collect();
+        let Some(fullest) = pools.iter().max_by_key(|p| lock(&p.idle).len()) else {
+            return false;
+        };
+        let oldest = {
+            let mut idle = lock(&fullest.idle);
+            if idle.len() < own + 2 {
+                return false;
+            }
+            idle.remove(0)
+        };
+        self.retire(vec![oldest]);
+        true
+    }
+
     /// Drops retired instances, then counts them out: their slots are free
     /// before another instance may take their place in the count.
     fn retire(&self, retired: Vec<Warm>) -> usize {
@@ -227,15 +259,15 @@ impl WarmPool {
     }
 
     /// Keeps `warm` for the next task, unless it has run its `max_tasks`
-    /// or the host already keeps as many idle instances as it may.
+    /// or the host keeps as many idle instances as it may and no other
+    /// pool holds more than its share (see [`WarmHost::make_room`]).
     pub(crate) fn put(&self, mut warm: Warm) {
         let Some(pool) = &self.pool else { return };
         if warm.tasks >= pool.reuse.max_tasks {
             return;
         }
         let host = &pool.host;
-        if host.idle.fetch_add(1, Ordering::AcqRel) >= host.max_idle {
-            host.idle.fetch_sub(1, Ordering::AcqRel);
+        if !host.reserve() && !(host.make_room(pool) && host.reserve()) {
             return;
         }
         warm.since = Instant::now();
