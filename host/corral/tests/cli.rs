@@ -55,6 +55,38 @@ fn inspect_json_lists_activities_with_typed_params_and_imports() {
 }
 
 #[test]
+fn diff_reports_what_a_version_changes_for_its_callers() {
+    let (v1, v2) = (
+        example("versioned"),
+        example("versioned").with_file_name("v2/versioned.wasm"),
+    );
+    let (v1, v2) = (v1.to_str().unwrap(), v2.to_str().unwrap());
+    let forward = corral(&["diff", v1, v2, "--check"]);
+    assert_eq!(forward.status.code(), Some(0), "{}", stderr(&forward));
+    let text = String::from_utf8_lossy(&forward.stdout);
+    assert!(
+        text.contains("added:   demo:versioned/extra.added: func() -> string"),
+        "{text}"
+    );
+    assert!(
+        text.contains("compatible with callers of the old version"),
+        "{text}"
+    );
+    let back = corral(&["diff", v2, v1, "--check", "--json"]);
+    assert_eq!(back.status.code(), Some(1), "{}", stderr(&back));
+    let report = stdout_json(&back);
+    assert_eq!(report["removed"], json!(["demo:versioned/extra.added"]));
+    assert_eq!(report["breaks_callers"], true);
+    let missing = corral(&["diff", v1, "no-such.wasm"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr(&missing).contains("cannot read `no-such.wasm`"),
+        "{}",
+        stderr(&missing)
+    );
+}
+
+#[test]
 fn run_prints_the_result_and_exits_zero_with_heartbeats_and_logs_on_stderr() {
     let progress = example("progress");
     let output = corral(&[

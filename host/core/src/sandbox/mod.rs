@@ -3,6 +3,7 @@
 //! [`Outcome`]. Nothing here knows which engine a task came from.
 
 mod capabilities;
+mod change;
 mod classify;
 mod compile;
 mod component;
@@ -27,6 +28,7 @@ mod warm;
 mod watchdog;
 
 pub use capabilities::{Capabilities, DirGrant, DirGrantError, DirMode};
+pub use change::{ChangeReport, Changed, Flow, breaking, type_changes};
 pub use classify::{listed_names, shown_name};
 pub use compile::{CompileError, worker_main as compile_worker_main};
 pub use component::{LoadError, LoadedComponent};

@@ -4,6 +4,7 @@
 
 mod admin;
 mod dev;
+mod diff;
 mod inspect;
 mod new;
 mod push;
@@ -37,6 +38,10 @@ enum Command {
     /// List a component's activity types with their WIT signatures, and its
     /// imports.
     Inspect(inspect::Args),
+    /// What a new version of a component changes for its callers: activity
+    /// types added, removed and changed (and which changes break a caller),
+    /// imports added and removed.
+    Diff(diff::Args),
     /// Run one activity of a component in the sandbox, with JSON arguments,
     /// through the same session loop as `serve`.
     Run(run::Args),
@@ -289,6 +294,7 @@ pub fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Inspect(args) => inspect::inspect(args).await,
+            Command::Diff(args) => diff::diff(args).await,
             Command::Run(args) => run::run(args).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Dev(args) => dev::dev(args).await,

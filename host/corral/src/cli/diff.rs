@@ -1,0 +1,115 @@
+//! `corral diff <old> <new> [--json]`: what a new version of a component
+//! changes for the workflows that call it (see `corral_core::sandbox::ChangeReport`).
+
+use std::process::ExitCode;
+
+use corral_core::sandbox::{ChangeReport, LoadedComponent, Sandbox};
+
+use super::{CacheArgs, RegistryArgs, error_exit, read_component, usage_error};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The version callers were written against: a file, or oci://….
+    old: String,
+    /// The candidate: a file, or oci://….
+    new: String,
+    /// Print `{"added":[…],"removed":[…],"changed":[{"name","old","new","breaking":[…]}],
+    /// "imports_added":[…],"imports_removed":[…],"breaks_callers":…}`.
+    #[arg(long)]
+    json: bool,
+    /// Exit 1 when the change breaks a caller of the old version.
+    #[arg(long)]
+    check: bool,
+    #[command(flatten)]
+    cache: CacheArgs,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+pub async fn diff(args: Args) -> ExitCode {
+    let sandbox = match Sandbox::new(args.cache.sandbox_config()) {
+        Ok(sandbox) => sandbox,
+        Err(e) => return usage_error(format!("{e:#}")),
+    };
+    let mut loaded = Vec::new();
+    for source in [&args.old, &args.new] {
+        match load(&sandbox, source, &args.registry).await {
+            Ok(component) => loaded.push(component),
+            Err(exit) => return exit,
+        }
+    }
+    let report = ChangeReport::between(&loaded[0], &loaded[1]);
+    if args.json {
+        let mut doc = serde_json::to_value(&report).unwrap_or_default();
+        doc["breaks_callers"] = report.breaks_callers().into();
+        println!("{doc}");
+    } else {
+        print(&report);
+    }
+    if args.check && report.breaks_callers() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+async fn load(
+    sandbox: &Sandbox,
+    source: &str,
+    registry: &RegistryArgs,
+) -> Result<std::sync::Arc<LoadedComponent>, ExitCode> {
+    let bytes = read_component(source, registry)
+        .await
+        .map_err(|e| error_exit(&e))?;
+    sandbox
+        .load(&bytes)
+        .map_err(|e| usage_error(format!("cannot load `{source}`: {e}")))
+}
+
+fn print(report: &ChangeReport) {
+    if report.is_empty() {
+        println!("no change to activity types or imports");
+        return;
+    }
+    for a in &report.added {
+        let params: Vec<String> = a
+            .params
+            .iter()
+            .map(|p| format!("{}: {}", p.name, p.ty))
+            .collect();
+        let result = a
+            .result
+            .as_ref()
+            .map(|r| format!(" -> {r}"))
+            .unwrap_or_default();
+        println!("added:   {}: func({}){result}", a.name, params.join(", "));
+    }
+    for name in &report.removed {
+        println!("removed: {name} (breaks its callers)");
+    }
+    for c in &report.changed {
+        println!("changed: {}", c.name);
+        println!("  was: {}", c.old);
+        println!("  now: {}", c.new);
+        if c.breaking.is_empty() {
+            println!("  compatible with its callers");
+        }
+        for why in &c.breaking {
+            println!("  breaks callers: {why}");
+        }
+    }
+    for import in &report.imports_added {
+        println!("import added:   {import}");
+    }
+    for import in &report.imports_removed {
+        println!("import removed: {import}");
+    }
+    println!(
+        "{}",
+        if report.breaks_callers() {
+            "breaks callers of the old version"
+        } else {
+            "compatible with callers of the old version"
+        }
+    );
+}
