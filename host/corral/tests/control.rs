@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use common::activities::{execute, outcome, start, text, wait_for};
 use common::admin::{Host, path};
@@ -33,6 +33,11 @@ fn deploys_swap_versions_while_serving_roll_back_and_survive_a_restart() {
     assert_eq!(v1["active"], true, "{v1}");
     assert_eq!(v1["name"], "versioned");
     assert_eq!(v1["labels"], json!({"git": "abc"}));
+    assert_eq!(
+        v1["changes"],
+        Value::Null,
+        "a first version changes nothing"
+    );
     let v1_digest = v1["digest"].as_str().unwrap().to_owned();
     assert_eq!(host.run(0, hold, &["0"])["result"], "v1");
 
@@ -46,6 +51,14 @@ fn deploys_swap_versions_while_serving_roll_back_and_survive_a_restart() {
     let v2 = host.alpha(&["deploy", &path(&v2_file()), "--json"]);
     assert_eq!(v2["active"], true, "{v2}");
     assert_eq!(v2["name"], "versioned");
+    // The deploy says what v2 changes against v1: one new activity type.
+    let changes = &v2["changes"];
+    assert_eq!(changes["against"], v1_digest.as_str(), "{v2}");
+    assert_eq!(
+        changes["added"],
+        json!([{"name": "demo:versioned/extra.added", "signature": "func() -> string"}])
+    );
+    assert_eq!(changes["breaks_callers"], false, "{v2}");
     // ...the next task runs v2, and v2's new activity type is served at once...
     assert_eq!(host.run(0, hold, &["0"])["result"], "v2");
     assert_eq!(
@@ -64,6 +77,7 @@ fn deploys_swap_versions_while_serving_roll_back_and_survive_a_restart() {
     let again = host.alpha(&["deploy", &path(&v2_file()), "--json"]);
     assert_eq!(again["already_stored"], true);
     assert_eq!(again["digest"], v2["digest"]);
+    assert_eq!(again["changes"], Value::Null, "the active version again");
 
     // Roll back by digest prefix.
     let back = host.alpha(&["activate", &v1_digest[7..19], "--json"]);

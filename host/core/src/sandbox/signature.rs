@@ -62,6 +62,23 @@ pub struct ActivityDescription {
     pub result: Option<String>,
 }
 
+impl ActivityDescription {
+    /// The WIT signature: `func(name: string) -> string`.
+    pub fn signature(&self) -> String {
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|p| format!("{}: {}", p.name, p.ty))
+            .collect();
+        let result = self
+            .result
+            .as_ref()
+            .map(|r| format!(" -> {r}"))
+            .unwrap_or_default();
+        format!("func({}){result}", params.join(", "))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ParamDescription {
     pub name: String,

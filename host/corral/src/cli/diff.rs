@@ -3,6 +3,8 @@
 
 use std::process::ExitCode;
 
+use corral::control::api::changes_to_proto;
+use corral::control::proto;
 use corral_core::sandbox::{ChangeReport, LoadedComponent, Sandbox};
 
 use super::{CacheArgs, RegistryArgs, error_exit, read_component, usage_error};
@@ -44,7 +46,7 @@ pub async fn diff(args: Args) -> ExitCode {
         doc["breaks_callers"] = report.breaks_callers().into();
         println!("{doc}");
     } else {
-        print(&report);
+        print(&changes_to_proto(String::new(), &report));
     }
     if args.check && report.breaks_callers() {
         ExitCode::from(1)
@@ -66,23 +68,20 @@ async fn load(
         .map_err(|e| usage_error(format!("cannot load `{source}`: {e}")))
 }
 
-fn print(report: &ChangeReport) {
-    if report.is_empty() {
+/// A change report for people (`diff`, and `deploy` against the version it
+/// replaces).
+pub(super) fn print(report: &proto::ChangeReport) {
+    let nothing = report.added.is_empty()
+        && report.removed.is_empty()
+        && report.changed.is_empty()
+        && report.imports_added.is_empty()
+        && report.imports_removed.is_empty();
+    if nothing {
         println!("no change to activity types or imports");
         return;
     }
     for a in &report.added {
-        let params: Vec<String> = a
-            .params
-            .iter()
-            .map(|p| format!("{}: {}", p.name, p.ty))
-            .collect();
-        let result = a
-            .result
-            .as_ref()
-            .map(|r| format!(" -> {r}"))
-            .unwrap_or_default();
-        println!("added:   {}: func({}){result}", a.name, params.join(", "));
+        println!("added:   {}: {}", a.name, a.signature);
     }
     for name in &report.removed {
         println!("removed: {name} (breaks its callers)");
@@ -106,7 +105,7 @@ fn print(report: &ChangeReport) {
     }
     println!(
         "{}",
-        if report.breaks_callers() {
+        if report.breaks_callers {
             "breaks callers of the old version"
         } else {
             "compatible with callers of the old version"

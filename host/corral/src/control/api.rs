@@ -17,7 +17,7 @@ use super::store::StoredReuse;
 use crate::connectors::local::{Local, Submission};
 use crate::oci::Registries;
 use crate::staging::{StageError, StagedComponent};
-use corral_core::sandbox::{DeploymentReuse, Failure, Reuse, TaskInfo, format_bytes};
+use corral_core::sandbox::{ChangeReport, DeploymentReuse, Failure, Reuse, TaskInfo, format_bytes};
 use corral_core::session::{Args, Session};
 use corral_core::shown::{MAX_NAME, Shown};
 
@@ -262,6 +262,35 @@ pub fn to_proto(view: &VersionView) -> proto::Component {
     }
 }
 
+/// The API's shape of a change report against version `against`.
+pub fn changes_to_proto(against: String, report: &ChangeReport) -> proto::ChangeReport {
+    proto::ChangeReport {
+        against,
+        added: report
+            .added
+            .iter()
+            .map(|a| proto::ActivityType {
+                name: a.name.clone(),
+                signature: a.signature(),
+            })
+            .collect(),
+        removed: report.removed.clone(),
+        changed: report
+            .changed
+            .iter()
+            .map(|c| proto::ChangedType {
+                name: c.name.clone(),
+                old: c.old.clone(),
+                new: c.new.clone(),
+                breaking: c.breaking.clone(),
+            })
+            .collect(),
+        imports_added: report.imports_added.clone(),
+        imports_removed: report.imports_removed.clone(),
+        breaks_callers: report.breaks_callers(),
+    }
+}
+
 /// What outbound HTTP a component with these imports gets from a tenant
 /// with these grants; empty when it does not import `wasi:http`.
 pub fn outbound_http(imports: &[String], http_hosts: &[String]) -> String {
@@ -341,14 +370,17 @@ impl Admin for AdminService {
                 inactive: header.inactive,
                 pulled,
             };
-            let (view, already_stored) = self
+            let (view, uploaded) = self
                 .catalog
                 .upload(&tenant, new, component)
                 .await
                 .map_err(status)?;
             Ok::<_, Status>(proto::UploadResponse {
                 component: Some(to_proto(&view)),
-                already_stored,
+                already_stored: uploaded.already_stored,
+                changes: uploaded
+                    .changes
+                    .map(|(against, report)| changes_to_proto(against, &report)),
             })
         }
         .await;

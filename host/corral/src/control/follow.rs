@@ -202,7 +202,20 @@ impl Follower {
                 manifest: pulled.manifest_digest,
             }),
         };
-        let (view, _) = self.catalog.upload(tenant, new, pulled.component).await?;
+        let (view, uploaded) = self.catalog.upload(tenant, new, pulled.component).await?;
+        if let Some((against, report)) = &uploaded.changes {
+            // Counts only: the names are the component's.
+            tracing::info!(
+                tenant,
+                deployment = %view.version.name,
+                %against,
+                added = report.added.len(),
+                removed = report.removed.len(),
+                changed = report.changed.len(),
+                breaks_callers = report.breaks_callers(),
+                "followed tag: what the new version changes"
+            );
+        }
         Ok(view.version.digest)
     }
 

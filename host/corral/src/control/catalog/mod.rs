@@ -22,7 +22,8 @@ use crate::oci::{Credential, RepositoryPrefix};
 use crate::staging::{StagedComponent, Staging};
 use corral_core::metrics::Metrics;
 use corral_core::sandbox::{
-    CompileError, DeploymentReuse, LoadError, LoadedComponent, PreparedTenant, Sandbox,
+    ChangeReport, CompileError, DeploymentReuse, LoadError, LoadedComponent, PreparedTenant,
+    Sandbox,
 };
 use corral_core::session::{Deployment, Registry};
 
@@ -66,6 +67,17 @@ pub struct NewVersion {
     pub inactive: bool,
     /// Where the host pulled it from: set by the host only.
     pub pulled: Option<Pulled>,
+}
+
+/// What an upload did besides storing its version.
+#[derive(Debug, Clone)]
+pub struct Uploaded {
+    /// The same bytes were already stored for this deployment.
+    pub already_stored: bool,
+    /// What it changes against the deployment's version active before it
+    /// (that version's digest, and the report); `None` for a deployment's
+    /// first version or the same bytes again.
+    pub changes: Option<(String, ChangeReport)>,
 }
 
 /// A stored version as the API shows it.
@@ -194,14 +206,14 @@ impl Catalog {
     }
 
     /// Validates, compiles, stores and (unless asked not to) activates a
-    /// staged component. Returns the version and whether it was already
-    /// stored.
+    /// staged component. Returns the version, whether it was already
+    /// stored, and what it changes against the active one.
     pub async fn upload(
         &self,
         tenant: &str,
         new: NewVersion,
         component: StagedComponent,
-    ) -> Result<(VersionView, bool), ControlError> {
+    ) -> Result<(VersionView, Uploaded), ControlError> {
         let spec = self.spec(tenant)?;
         Name::new(new.name.as_str()).map_err(ControlError::DeploymentName)?;
         metadata::check(&new.labels, &new.aliases, &new.config)?;
@@ -263,6 +275,14 @@ impl Catalog {
             }
             return Err(e);
         }
+        let changes = tenant_index
+            .active
+            .get(&version.name)
+            .filter(|active| **active != digest)
+            .and_then(|active| {
+                let before = state.loaded.get(active)?;
+                Some((active.clone(), ChangeReport::between(before, &loaded)))
+            });
         match tenant_index
             .versions
             .iter_mut()
@@ -305,7 +325,10 @@ impl Catalog {
                 component: Some(loaded),
                 http_hosts: spec.http_hosts(),
             },
-            already_stored,
+            Uploaded {
+                already_stored,
+                changes,
+            },
         ))
     }
 
