@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use common::activities::{execute, outcome, start, text, wait_for};
+use common::activities::{execute, json_of, outcome, start, text, wait_for};
 use common::admin::{Host, path};
 use common::example;
 
@@ -73,11 +73,18 @@ fn deploys_swap_versions_while_serving_roll_back_and_survive_a_restart() {
         corral.stderr()
     );
 
-    // Deploying the same bytes again is the same version.
-    let again = host.alpha(&["deploy", &path(&v2_file()), "--json"]);
+    // Deploying the same bytes again is the same version; with `--reuse`,
+    // its tasks run warm (on a host whose config has no tenant reusing).
+    let again = host.alpha(&["deploy", &path(&v2_file()), "--reuse", "5,60s", "--json"]);
     assert_eq!(again["already_stored"], true);
     assert_eq!(again["digest"], v2["digest"]);
     assert_eq!(again["changes"], Value::Null, "the active version again");
+    for _ in 0..2 {
+        assert_eq!(host.run(0, hold, &["0"])["result"], "v2");
+    }
+    let status = json_of(&host.cli(&host.operator.token, &["status", "--json"]));
+    assert_eq!(status["tenants"][0]["name"], "alpha", "{status}");
+    assert_eq!(status["tenants"][0]["reused_tasks"], 1, "{status}");
 
     // Roll back by digest prefix.
     let back = host.alpha(&["activate", &v1_digest[7..19], "--json"]);

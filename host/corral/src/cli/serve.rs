@@ -144,9 +144,12 @@ pub async fn run(
         // one (a smoke-test `Run` too, through the session), and freed
         // before the slot is; so a task with a slot always instantiates.
         max_instances: u32::try_from(config.host.max_concurrent)?,
-        // Idle warm instances have slots of their own beyond those, if any
-        // tenant keeps them.
-        max_warm: if config.tenants.iter().any(|t| t.tenant.reuse.is_some()) {
+        // Idle warm instances have slots of their own beyond those, if a
+        // tenant may keep them: its config says so, or a deployment may
+        // (`corral deploy --reuse`, through the admin API).
+        max_warm: if config.host.admin_listen.is_some()
+            || config.tenants.iter().any(|t| t.tenant.reuse.is_some())
+        {
             config.host.max_warm_instances
         } else {
             0
