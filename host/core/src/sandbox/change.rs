@@ -9,14 +9,13 @@
 
 use std::collections::BTreeSet;
 
-use serde::Serialize;
 use wasmtime::component::types::Type;
 
 use super::component::LoadedComponent;
 use super::signature::{ActivityDescription, ActivityType, render};
 
 /// The changes from one version of a component to another.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChangeReport {
     pub added: Vec<ActivityDescription>,
     /// Breaks every caller of it.
@@ -27,7 +26,7 @@ pub struct ChangeReport {
 }
 
 /// An activity type whose signature changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Changed {
     pub name: String,
     pub old: String,
@@ -42,17 +41,18 @@ impl ChangeReport {
     pub fn between(old: &LoadedComponent, new: &LoadedComponent) -> ChangeReport {
         let mut report = ChangeReport::default();
         for activity in &new.activities {
-            match old.activity(&activity.name) {
-                None => report.added.push(activity.describe()),
-                Some(before) if before.signature() != activity.signature() => {
-                    report.changed.push(Changed {
-                        name: activity.name.to_string(),
-                        old: before.signature(),
-                        new: activity.signature(),
-                        breaking: breaking(before, activity),
-                    });
-                }
-                Some(_) => {}
+            let Some(before) = old.activity(&activity.name) else {
+                report.added.push(activity.describe());
+                continue;
+            };
+            let (was, is) = (before.signature(), activity.signature());
+            if was != is {
+                report.changed.push(Changed {
+                    name: activity.name.to_string(),
+                    old: was,
+                    new: is,
+                    breaking: breaking(before, activity),
+                });
             }
         }
         report.removed = old

@@ -175,6 +175,7 @@ impl Sandbox {
         );
         let refusals = data.http_policy.refusals();
         if let Some(instance) = instance
+            && tenant.warm.would_keep(tasks + 1)
             && returned
             && refusals.is_empty()
             && !task.cancel.is_cancelled()
@@ -205,10 +206,7 @@ impl Sandbox {
         state.table.set_max_capacity(limits.max_handles);
         state.limiter.carry(&last.limiter);
         *last = state;
-        store.set_epoch_deadline(1);
-        store
-            .set_fuel(limits.fuel.unwrap_or(u64::MAX))
-            .map_err(|e| format!("setting fuel: {e:#}"))
+        arm(store, limits)
     }
 
     /// A store for the task's state, configured: its limiter, the hostcall
@@ -252,17 +250,24 @@ impl Sandbox {
                 UpdateDeadline::Continue(1)
             })
         });
-        store.set_epoch_deadline(1);
-        // The tenant's CPU budget, and a yield to the runtime every so much
-        // fuel: this is what lets the deadline and cancellation end a guest
-        // that never returns, and keeps one busy guest from starving
-        // everything else.
+        // A yield to the runtime every so much fuel: this is what lets the
+        // deadline and cancellation end a guest that never returns, and
+        // keeps one busy guest from starving everything else.
         store
-            .set_fuel(limits.fuel.unwrap_or(u64::MAX))
-            .and_then(|()| store.fuel_async_yield_interval(Some(self.config.yield_every_fuel)))
+            .fuel_async_yield_interval(Some(self.config.yield_every_fuel))
             .map_err(|e| format!("setting fuel: {e:#}"))?;
+        arm(&mut store, limits)?;
         Ok(store)
     }
+}
+
+/// What a store needs afresh for each task, new or warm: the epoch
+/// deadline of one tick (see `store`), and the tenant's CPU budget.
+fn arm(store: &mut Store<TaskState>, limits: &Limits) -> Result<(), String> {
+    store.set_epoch_deadline(1);
+    store
+        .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+        .map_err(|e| format!("setting fuel: {e:#}"))
 }
 
 /// The activity the task names and its arguments as WIT values, or why

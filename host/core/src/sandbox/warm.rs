@@ -158,12 +158,17 @@ impl WarmHost {
     /// Retires every instance idle past its tenant's `idle` at `now`;
     /// how many.
     pub(crate) fn retire_idle(&self, now: Instant) -> usize {
-        let pools: Vec<Arc<Pool>> = {
-            let mut pools = lock(&self.pools);
-            pools.retain(|p| p.strong_count() > 0);
-            pools.iter().filter_map(Weak::upgrade).collect()
-        };
-        pools.iter().map(|pool| pool.retire_expired(now)).sum()
+        self.pools()
+            .iter()
+            .map(|pool| pool.retire_expired(now))
+            .sum()
+    }
+
+    /// Every pool still in use (the others are forgotten).
+    fn pools(&self) -> Vec<Arc<Pool>> {
+        let mut pools = lock(&self.pools);
+        pools.retain(|p| p.strong_count() > 0);
+        pools.iter().filter_map(Weak::upgrade).collect()
     }
 
     /// Counts one more idle instance in, if the host may keep it.
@@ -182,7 +187,7 @@ impl WarmHost {
     /// reuse too: the slots even out between the pools that use them.
     fn make_room(&self, pool: &Arc<Pool>) -> bool {
         let own = lock(&pool.idle).len();
-        let pools: Vec<Arc<Pool>> = lock(&self.pools).iter().filter_map(Weak::upgrade).collect();
+        let pools = self.pools();
         let Some(fullest) = pools.iter().max_by_key(|p| lock(&p.idle).len()) else {
             return false;
         };
@@ -244,6 +249,14 @@ impl WarmPool {
         WarmPool::new(reuse, &self.host)
     }
 
+    /// Whether an instance that has run `tasks` tasks would be kept (the
+    /// host may still have no room for it): checked before readying it.
+    pub(crate) fn would_keep(&self, tasks: u32) -> bool {
+        self.pool
+            .as_ref()
+            .is_some_and(|pool| tasks < pool.reuse.max_tasks)
+    }
+
     /// The most recently used idle instance of `component`, if one is
     /// warm; expired ones are retired on the way.
     pub(crate) fn take(&self, component: u64) -> Option<Warm> {
@@ -263,7 +276,7 @@ impl WarmPool {
     /// pool holds more than its share (see [`WarmHost::make_room`]).
     pub(crate) fn put(&self, mut warm: Warm) {
         let Some(pool) = &self.pool else { return };
-        if warm.tasks >= pool.reuse.max_tasks {
+        if !self.would_keep(warm.tasks) {
             return;
         }
         let host = &pool.host;

@@ -254,7 +254,10 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
     if args.conn.json {
         let mut value = component_json(&component);
         value["already_stored"] = json!(response.already_stored);
-        value["changes"] = response.changes.as_ref().map_or(Value::Null, changes_json);
+        value["changes"] = response
+            .changes
+            .as_ref()
+            .map_or(Value::Null, super::diff::changes_json);
         println!("{value}");
     } else {
         let state = if component.active {
@@ -279,18 +282,6 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
-}
-
-fn changes_json(c: &proto::ChangeReport) -> Value {
-    json!({
-        "against": c.against,
-        "added": c.added.iter().map(|a| json!({"name": a.name, "signature": a.signature})).collect::<Vec<_>>(),
-        "removed": c.removed,
-        "changed": c.changed.iter().map(|t| json!({"name": t.name, "old": t.old, "new": t.new, "breaking": t.breaking})).collect::<Vec<_>>(),
-        "imports_added": c.imports_added,
-        "imports_removed": c.imports_removed,
-        "breaks_callers": c.breaks_callers,
-    })
 }
 
 pub async fn list(args: ConnOnly) -> ExitCode {

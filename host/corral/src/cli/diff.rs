@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use corral::control::api::changes_to_proto;
 use corral::control::proto;
 use corral_core::sandbox::{ChangeReport, LoadedComponent, Sandbox};
+use serde_json::{Value, json};
 
 use super::{CacheArgs, RegistryArgs, error_exit, read_component, usage_error};
 
@@ -15,7 +16,7 @@ pub struct Args {
     old: String,
     /// The candidate: a file, or oci://….
     new: String,
-    /// Print `{"added":[…],"removed":[…],"changed":[{"name","old","new","breaking":[…]}],
+    /// Print `{"added":[{"name","signature"}],"removed":[…],"changed":[{"name","old","new","breaking":[…]}],
     /// "imports_added":[…],"imports_removed":[…],"breaks_callers":…}`.
     #[arg(long)]
     json: bool,
@@ -41,12 +42,11 @@ pub async fn diff(args: Args) -> ExitCode {
         }
     }
     let report = ChangeReport::between(&loaded[0], &loaded[1]);
+    let shown = changes_to_proto(String::new(), &report);
     if args.json {
-        let mut doc = serde_json::to_value(&report).unwrap_or_default();
-        doc["breaks_callers"] = report.breaks_callers().into();
-        println!("{doc}");
+        println!("{}", changes_json(&shown));
     } else {
-        print(&changes_to_proto(String::new(), &report));
+        print(&shown);
     }
     if args.check && report.breaks_callers() {
         ExitCode::from(1)
@@ -111,4 +111,21 @@ pub(super) fn print(report: &proto::ChangeReport) {
             "compatible with callers of the old version"
         }
     );
+}
+
+/// A change report for scripts (`diff --json`, and `deploy --json` under
+/// `"changes"`, with the digest it is `"against"`).
+pub(super) fn changes_json(c: &proto::ChangeReport) -> Value {
+    let mut doc = json!({
+        "added": c.added.iter().map(|a| json!({"name": a.name, "signature": a.signature})).collect::<Vec<_>>(),
+        "removed": c.removed,
+        "changed": c.changed.iter().map(|t| json!({"name": t.name, "old": t.old, "new": t.new, "breaking": t.breaking})).collect::<Vec<_>>(),
+        "imports_added": c.imports_added,
+        "imports_removed": c.imports_removed,
+        "breaks_callers": c.breaks_callers,
+    });
+    if !c.against.is_empty() {
+        doc["against"] = c.against.clone().into();
+    }
+    doc
 }

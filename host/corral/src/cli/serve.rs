@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 
@@ -72,45 +73,38 @@ pub async fn serve(args: Args) -> ExitCode {
     }
 }
 
-/// Hands the pool's resident memory back to the kernel once no task has
-/// started for `idle` (checked a few times per `idle`).
-async fn release_idle_memory(
-    sandbox: Arc<Sandbox>,
-    idle: std::time::Duration,
-    shutdown: CancellationToken,
-) {
-    let mut every = tokio::time::interval((idle / 4).max(std::time::Duration::from_millis(100)));
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// Runs `work` every `period` until `shutdown`.
+async fn every(period: Duration, shutdown: CancellationToken, mut work: impl FnMut()) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            _ = every.tick() => {}
+            _ = ticks.tick() => {}
         }
-        if let Some(bytes) = sandbox.release_idle_memory(idle)
-            && bytes > 0
-        {
-            tracing::info!(
-                bytes,
-                "idle for {idle:?}: released the pool's resident memory"
-            );
-        }
+        work();
     }
 }
 
-/// Retires warm instances unused past their tenant's `reuse.idle`, within
-/// a second of it.
-async fn retire_idle_instances(sandbox: Arc<Sandbox>, shutdown: CancellationToken) {
-    let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = every.tick() => {}
-        }
-        let retired = sandbox.retire_idle_instances(std::time::Instant::now());
-        if retired > 0 {
-            tracing::debug!(retired, "retired warm instances left idle");
-        }
+/// Hands the pool's resident memory back to the kernel once no task has
+/// started for `idle` (checked a few times per `idle`).
+fn release_idle_memory(sandbox: &Sandbox, idle: Duration) {
+    if let Some(bytes) = sandbox.release_idle_memory(idle)
+        && bytes > 0
+    {
+        tracing::info!(
+            bytes,
+            "idle for {idle:?}: released the pool's resident memory"
+        );
+    }
+}
+
+/// Retires warm instances unused past their tenant's `reuse.idle` (run
+/// every second: within a second of it).
+fn retire_idle_instances(sandbox: &Sandbox) {
+    let retired = sandbox.retire_idle_instances(std::time::Instant::now());
+    if retired > 0 {
+        tracing::debug!(retired, "retired warm instances left idle");
     }
 }
 
@@ -236,12 +230,19 @@ pub async fn run(
             .start(shutdown.clone(), FIRST_FOLLOW_CHECKS)
             .await;
     }
-    tokio::spawn(release_idle_memory(
-        sandbox.clone(),
-        config.host.idle_memory_release,
+    let idle = config.host.idle_memory_release;
+    tokio::spawn(every(
+        (idle / 4).max(Duration::from_millis(100)),
         shutdown.clone(),
+        {
+            let sandbox = sandbox.clone();
+            move || release_idle_memory(&sandbox, idle)
+        },
     ));
-    tokio::spawn(retire_idle_instances(sandbox.clone(), shutdown.clone()));
+    tokio::spawn(every(Duration::from_secs(1), shutdown.clone(), {
+        let sandbox = sandbox.clone();
+        move || retire_idle_instances(&sandbox)
+    }));
     let secrets: Vec<(String, Arc<Secrets>)> = config
         .tenants
         .iter()
