@@ -171,6 +171,64 @@ fn labels_and_config_are_bounded_counted_and_never_the_hosts() {
     );
 }
 
+/// A client that skips `corral deploy`'s own check and sends a deployment
+/// `reuse` out of bounds straight to the admin API: refused by name,
+/// nothing stored.
+#[test]
+fn a_reuse_out_of_bounds_sent_past_the_cli_is_refused_and_stores_nothing() {
+    let host = Host::new("");
+    let _corral = host.serve(["", ""]);
+    let bytes = std::fs::read(example("progress")).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let endpoint = format!("http://127.0.0.1:{}", host.admin());
+    let token = host.tokens[0].token.clone();
+    for (reuse, says) in [
+        (
+            (1, 60_000),
+            "max_tasks: must be a whole number from 2 to 1000000, got 1",
+        ),
+        ((5, 0), "idle: must be more than 0 and at most 1h"),
+        (
+            (5, 7_200_000),
+            "idle: must be more than 0 and at most 1h, got 7200s",
+        ),
+    ] {
+        let mut messages = vec![proto::UploadRequest {
+            part: Some(upload_request::Part::Header(proto::UploadHeader {
+                name: "warm".into(),
+                size: bytes.len() as u64,
+                reuse: Some(proto::Reuse {
+                    max_tasks: reuse.0,
+                    idle_ms: reuse.1,
+                }),
+                ..Default::default()
+            })),
+        }];
+        messages.extend(bytes.chunks(1 << 20).map(|chunk| proto::UploadRequest {
+            part: Some(upload_request::Part::Chunk(chunk.to_vec())),
+        }));
+        let status = runtime.block_on(async {
+            let mut client = AdminClient::connect(endpoint.clone()).await.unwrap();
+            let mut request = tonic::Request::new(tokio_stream::iter(messages));
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+            client.upload(request).await
+        });
+        let Err(status) = status else {
+            panic!("{reuse:?} was accepted")
+        };
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(
+            status.message().contains("the deployment's reuse: ")
+                && status.message().contains(says),
+            "{reuse:?}: {status:?}"
+        );
+    }
+    let listed = host.alpha(&["ls", "--json"]);
+    assert!(!listed.to_string().contains("\"warm\""), "{listed}");
+}
+
 #[test]
 fn bytes_labelled_as_the_hosts_pull_before_are_not_trusted_at_restart() {
     // The registry holds `progress`; an operator pins it by digest.
