@@ -323,7 +323,8 @@ async fn a_secret_whose_host_names_no_scheme_is_never_sent_in_clear() {
 /// own targets) and every span it exports with its fields (the export's
 /// filter). wasmtime's own crates are held at `error`, as `corral serve`
 /// holds them: at `trace` they log every argument a guest passes.
-fn traced(test: impl Future<Output = ()>) -> String {
+/// Returned once `until` is among it (or after 10 s without it).
+fn traced(test: impl Future<Output = ()>, until: &str) -> String {
     use std::sync::Mutex;
     #[derive(Clone, Default)]
     struct Sink(Arc<Mutex<Vec<u8>>>);
@@ -361,7 +362,15 @@ fn traced(test: impl Future<Output = ()>) -> String {
         .build()
         .unwrap();
     runtime.block_on(test);
-    String::from_utf8_lossy(&sink.0.lock().unwrap()).into_owned()
+    // An `http` span is written when it closes, and it closes when the
+    // task's request is dropped: on the host's runtime, possibly just after
+    // the outcome came back. Wait for that line (a few seconds at most).
+    let written = || String::from_utf8_lossy(&sink.0.lock().unwrap()).into_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !written().contains(until) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    written()
 }
 
 #[test]
@@ -398,15 +407,18 @@ fn a_secret_a_guest_learned_is_never_written_in_clear_in_the_log_or_a_span() {
         format!("http://127.0.0.1:{pay}/elsewhere/{encoded}"),
         format!("http://127.0.0.1:{pay}/v1/q?k={KEY}"),
     ];
-    let written = traced(async {
-        for url in &urls {
-            let _ = fetch
-                .call("demo:fetch/api.send")
-                .arg(request("GET", url, &[], false))
-                .run()
-                .await;
-        }
-    });
+    let written = traced(
+        async {
+            for url in &urls {
+                let _ = fetch
+                    .call("demo:fetch/api.send")
+                    .arg(request("GET", url, &[], false))
+                    .run()
+                    .await;
+            }
+        },
+        "url=GET",
+    );
     assert!(written.contains("outbound HTTP refused"), "{written}");
     assert!(written.contains("url=GET"), "{written}");
     assert!(written.contains("[secret PAY_KEY]"), "{written}");
