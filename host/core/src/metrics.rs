@@ -50,6 +50,8 @@ struct Inner {
     in_flight: BTreeMap<String, u64>,
     uploads: BTreeMap<(String, &'static str), u64>,
     activations: BTreeMap<String, u64>,
+    /// Tenant → versions its roll-out holds for approval.
+    held: BTreeMap<String, usize>,
     loads: BTreeMap<&'static str, u64>,
     /// Tenant → activity type → (CPU, waited for CPU).
     cpu: BTreeMap<String, BTreeMap<String, (Duration, Duration)>>,
@@ -164,6 +166,16 @@ impl Metrics {
             .activations
             .entry(tenant.to_owned())
             .or_default() += 1;
+    }
+
+    /// How many of `tenant`'s versions its roll-out holds for approval.
+    pub fn versions_held(&self, tenant: &str, held: usize) {
+        self.lock().held.insert(tenant.to_owned(), held);
+    }
+
+    /// How many of `tenant`'s versions wait for approval.
+    pub fn held(&self, tenant: &str) -> usize {
+        self.lock().held.get(tenant).copied().unwrap_or(0)
     }
 
     /// A component was made ready: compiled now, or read precompiled.
@@ -330,6 +342,19 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "corral_activations_total{{tenant=\"{}\"}} {n}",
+                escape(tenant)
+            );
+        }
+        header(
+            &mut out,
+            "corral_versions_held",
+            "gauge",
+            "Stored versions the tenant's rollout holds for an operator's approval.",
+        );
+        for (tenant, n) in &inner.held {
+            let _ = writeln!(
+                out,
+                "corral_versions_held{{tenant=\"{}\"}} {n}",
                 escape(tenant)
             );
         }

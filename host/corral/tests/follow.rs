@@ -68,3 +68,49 @@ fn a_host_follows_a_tag_forward_past_a_bad_push_and_back() {
         "{status}"
     );
 }
+
+/// The tenant's roll-out gate holds a followed tag's breaking version as it
+/// holds a deploy: the host keeps serving the version before it, shows the
+/// hold, and serves it once the operator approves.
+#[test]
+fn a_followed_tag_s_breaking_version_waits_for_the_operator() {
+    let registry = Registry::start();
+    let stable = format!("oci://{}/acme/versioned:stable", registry.host());
+    registry.push(&example("v2/versioned"), &stable);
+    let host = Host::new(&format!(
+        "insecure_registries = [{:?}]\nfollow_interval = \"1s\"",
+        registry.host()
+    ));
+    let serving = host.serve([
+        &format!("follow = [{stable:?}]\nrollout = {{ hold = [\"breaking\"] }}"),
+        "",
+    ]);
+    assert_eq!(host.run(0, HOLD, &["0"])["result"], "v2");
+
+    // v1 drops an activity type v2 has: held, and v2 goes on serving.
+    registry.push(&example("versioned"), &stable);
+    serving.await_logged("for an operator's approval", 1);
+    assert_eq!(host.run(0, HOLD, &["0"])["result"], "v2");
+    let status = host.alpha(&["status", "--json"]);
+    let tenant = &status["tenants"][0];
+    let held = tenant["held"][0]["digest"].as_str().unwrap_or_default();
+    assert!(held.starts_with("sha256:"), "{status}");
+    assert_eq!(tenant["following"][0]["held"], held, "{status}");
+    assert_eq!(tenant["following"][0]["last_error"], "", "{status}");
+    assert!(
+        host.scrape()
+            .contains("corral_versions_held{tenant=\"alpha\"} 1")
+    );
+
+    // The operator approves it on this host.
+    let out = host.cli(
+        &host.operator.token,
+        &["approve", "--tenant", "alpha", held],
+    );
+    assert!(out.status.success(), "{}", common::activities::text(&out));
+    assert_eq!(host.run(0, HOLD, &["0"])["result"], "v1");
+    let status = host.alpha(&["status", "--json"]);
+    let following = &status["tenants"][0]["following"][0];
+    assert_eq!(following["held"], "", "{status}");
+    assert_eq!(following["active"], held, "{status}");
+}

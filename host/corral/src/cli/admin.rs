@@ -262,6 +262,8 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
     } else {
         let state = if component.active {
             "active"
+        } else if !component.held.is_empty() {
+            "stored, held for an operator's approval (corral approve)"
         } else {
             "stored, inactive"
         };
@@ -274,6 +276,7 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
             "{} {} of `{}`: {state}{again}",
             component.tenant, component.digest, component.name
         );
+        print_held(&component);
         print_activity_types(&component);
         print_outbound_http(&component);
         if let Some(changes) = &response.changes {
@@ -303,7 +306,13 @@ pub async fn list(args: ConnOnly) -> ExitCode {
             "{:<12} {:<20} {:<8} {:>10}  {:<20} {}",
             c.tenant,
             c.name,
-            if c.active { "yes" } else { "" },
+            if c.active {
+                "yes"
+            } else if c.held.is_empty() {
+                ""
+            } else {
+                "held"
+            },
             corral_core::sandbox::format_bytes(c.size),
             time_text(c.uploaded_at_ms),
             c.digest
@@ -326,6 +335,7 @@ pub async fn describe(args: DigestArgs) -> ExitCode {
     println!("  size:     {}", corral_core::sandbox::format_bytes(c.size));
     println!("  uploaded: {}", time_text(c.uploaded_at_ms));
     println!("  active:   {}", if c.active { "yes" } else { "no" });
+    print_held(&c);
     for (k, v) in &c.labels {
         println!("  label:    {k}={v}");
     }
@@ -371,12 +381,18 @@ pub async fn remove(args: RemoveArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-pub async fn activate(args: DigestArgs) -> ExitCode {
+/// `activate`, or the operator's `approve` (`approve`) past the tenant's
+/// rollout.
+pub async fn activate(args: DigestArgs, approve: bool) -> ExitCode {
     let request = proto::ActivateRequest {
         tenant: args.conn.tenant(),
         digest: args.digest.clone(),
     };
-    let response = call!(args.conn, activate, request);
+    let response = if approve {
+        call!(args.conn, approve, request)
+    } else {
+        call!(args.conn, activate, request)
+    };
     let Some(c) = response.component else {
         return usage_error("the host answered without the activated component");
     };
@@ -449,6 +465,12 @@ pub fn token(args: TokenArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+fn print_held(c: &proto::Component) {
+    for reason in &c.held {
+        println!("  held:     {reason}");
+    }
+}
+
 fn print_outbound_http(c: &proto::Component) {
     if !c.outbound_http.is_empty() {
         println!("  outbound HTTP: {}", c.outbound_http);
@@ -483,6 +505,7 @@ fn component_json(c: &proto::Component) -> Value {
         "reuse": c.reuse.as_ref().map(|r| json!({"max_tasks": r.max_tasks, "idle_ms": r.idle_ms})),
         "unsupported": c.unsupported,
         "outbound_http": c.outbound_http,
+        "held": c.held,
     })
 }
 

@@ -75,7 +75,8 @@ pub(super) fn print(report: &proto::ChangeReport) {
         && report.removed.is_empty()
         && report.changed.is_empty()
         && report.imports_added.is_empty()
-        && report.imports_removed.is_empty();
+        && report.imports_removed.is_empty()
+        && report.beyond_grants.is_empty();
     if nothing {
         println!("no change to activity types or imports");
         return;
@@ -103,6 +104,9 @@ pub(super) fn print(report: &proto::ChangeReport) {
     for import in &report.imports_removed {
         println!("import removed: {import}");
     }
+    for what in &report.beyond_grants {
+        println!("not granted: {what}");
+    }
     println!(
         "{}",
         if report.breaks_callers {
@@ -124,6 +128,9 @@ pub(super) fn changes_json(c: &proto::ChangeReport) -> Value {
         "imports_removed": c.imports_removed,
         "breaks_callers": c.breaks_callers,
     });
+    if !c.beyond_grants.is_empty() {
+        doc["beyond_grants"] = json!(c.beyond_grants);
+    }
     if !c.against.is_empty() {
         doc["against"] = c.against.clone().into();
     }

@@ -61,6 +61,9 @@ enum Command {
     Rm(admin::RemoveArgs),
     /// Make a stored version the active one of its deployment (roll back or forward).
     Activate(admin::DigestArgs),
+    /// Activate a version the tenant's rollout holds for approval (the
+    /// operator's token only).
+    Approve(admin::DigestArgs),
     /// In-flight tasks, permits and outcome counts.
     Status(admin::ConnOnly),
     /// Run one activity on a running host, outside any engine (a smoke test).
@@ -302,7 +305,8 @@ pub fn main() -> ExitCode {
             Command::Ls(args) => admin::list(args).await,
             Command::Describe(args) => admin::describe(args).await,
             Command::Rm(args) => admin::remove(args).await,
-            Command::Activate(args) => admin::activate(args).await,
+            Command::Activate(args) => admin::activate(args, false).await,
+            Command::Approve(args) => admin::activate(args, true).await,
             Command::Status(args) => status::status(args).await,
             Command::Invoke(args) => admin::invoke(args).await,
             Command::Test(args) => test::test(args).await,

@@ -174,6 +174,7 @@ pub async fn run(
             quota: t.quota,
             registries: t.registries.clone(),
             credentials: t.registry_credentials.clone(),
+            rollout: t.rollout.clone(),
         });
     }
     let registry = Arc::new(Registry::default());

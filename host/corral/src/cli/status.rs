@@ -41,6 +41,12 @@ pub async fn status(args: ConnOnly) -> ExitCode {
                         "wanted": f.wanted,
                         "active": f.active,
                         "last_error": f.last_error,
+                        "held": f.held,
+                    })).collect::<Vec<_>>(),
+                    "held": t.held.iter().map(|h| json!({
+                        "deployment": h.deployment,
+                        "digest": h.digest,
+                        "reasons": h.reasons,
                     })).collect::<Vec<_>>(),
                 })
             })
@@ -96,6 +102,14 @@ pub async fn status(args: ConnOnly) -> ExitCode {
         for (deployment, digest) in active {
             println!("  {deployment}: active {digest}");
         }
+        for h in &t.held {
+            println!(
+                "  {}: held {} for approval: {}",
+                h.deployment,
+                h.digest,
+                h.reasons.join("; ")
+            );
+        }
         for f in &t.following {
             let or_none = |d: &str| {
                 if d.is_empty() {
@@ -115,6 +129,9 @@ pub async fn status(args: ConnOnly) -> ExitCode {
                     format!("; last check failed: {}", f.last_error)
                 }
             );
+            if !f.held.is_empty() {
+                println!("    {} held for approval", f.held);
+            }
         }
     }
     ExitCode::SUCCESS

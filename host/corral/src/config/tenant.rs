@@ -12,6 +12,7 @@ use super::host::HostConfig;
 use super::source::{ComponentSource, RawCredential, credentials, follows};
 use super::values::{bytes, duration, positive, size, token_hash};
 use super::{ConfigError, invalid};
+use crate::control::rollout::Rollout;
 use crate::oci::{Credential, RepositoryPrefix};
 use crate::token::TokenHash;
 use corral_core::name::Name;
@@ -58,6 +59,8 @@ pub struct TenantConfig {
     pub aliases: BTreeMap<String, String>,
     /// What the tenant may keep stored through the admin API.
     pub quota: Quota,
+    /// What its new versions may activate by themselves.
+    pub rollout: Rollout,
 }
 
 #[derive(Deserialize)]
@@ -94,6 +97,15 @@ pub(super) struct RawTenant {
     cpu_max: Option<f64>,
     /// Warm instances: `{ max_tasks = N, idle = "30s" }`.
     reuse: Option<RawReuse>,
+    /// Roll-out gates: `{ hold = ["breaking", …] }`.
+    rollout: Option<RawRollout>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRollout {
+    #[serde(default)]
+    hold: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -295,5 +307,12 @@ pub(super) fn parse(
         )?,
         aliases: t.aliases.clone(),
         quota,
+        rollout: t
+            .rollout
+            .as_ref()
+            .map(|r| Rollout::new(&r.hold))
+            .transpose()
+            .map_err(|e| invalid(key("rollout.hold"), e))?
+            .unwrap_or_default(),
     })
 }

@@ -9,15 +9,16 @@ use tokio_stream::StreamExt as _;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::auth::{Auth, Principal};
-use super::catalog::{Catalog, ControlError, NewVersion, Refusal, VersionView};
-use super::follow::Follower;
-use super::metadata::Pulled;
+use super::catalog::{Catalog, ControlError, NewVersion, Refusal};
+use super::follow::{FollowState, Follower};
 use super::proto::{self, admin_server::Admin, run_response, upload_request};
+use super::shapes::failure_to_proto;
+pub use super::shapes::{changes_to_proto, outbound_http, to_proto};
 use super::store::StoredReuse;
 use crate::connectors::local::{Local, Submission};
 use crate::oci::Registries;
 use crate::staging::{StageError, StagedComponent};
-use corral_core::sandbox::{ChangeReport, DeploymentReuse, Failure, Reuse, TaskInfo, format_bytes};
+use corral_core::sandbox::{DeploymentReuse, Reuse, TaskInfo, format_bytes};
 use corral_core::session::{Args, Session};
 use corral_core::shown::{MAX_NAME, Shown};
 
@@ -215,105 +216,6 @@ fn status(e: ControlError) -> Status {
     Status::new(code, message)
 }
 
-/// A version as the API shows it.
-pub fn to_proto(view: &VersionView) -> proto::Component {
-    let (activity_types, imports, unsupported) = match &view.component {
-        Some(c) => (
-            c.activities
-                .iter()
-                .map(|a| proto::ActivityType {
-                    name: a.name.to_string(),
-                    signature: a.signature(),
-                })
-                .collect(),
-            c.imports.clone(),
-            c.unsupported
-                .iter()
-                .map(|u| format!("{}: {}", u.name, u.reason))
-                .collect(),
-        ),
-        None => (Vec::new(), Vec::new(), Vec::new()),
-    };
-    let outbound_http = outbound_http(&imports, &view.http_hosts);
-    let v = &view.version;
-    proto::Component {
-        tenant: view.tenant.clone(),
-        name: v.name.clone(),
-        digest: v.digest.clone(),
-        size: v.size,
-        uploaded_at_ms: v.uploaded_at_ms,
-        active: view.active,
-        activity_types,
-        imports,
-        aliases: v.aliases.clone().into_iter().collect(),
-        labels: v
-            .labels
-            .clone()
-            .into_iter()
-            .chain(v.pulled.iter().flat_map(Pulled::labels))
-            .collect(),
-        unsupported,
-        outbound_http,
-        config: v.config.clone().into_iter().collect(),
-        reuse: v.reuse.map(|r| proto::Reuse {
-            max_tasks: r.max_tasks,
-            idle_ms: r.idle_ms,
-        }),
-    }
-}
-
-/// The API's shape of a change report against version `against`.
-pub fn changes_to_proto(against: String, report: &ChangeReport) -> proto::ChangeReport {
-    proto::ChangeReport {
-        against,
-        added: report
-            .added
-            .iter()
-            .map(|a| proto::ActivityType {
-                name: a.name.clone(),
-                signature: a.signature(),
-            })
-            .collect(),
-        removed: report.removed.clone(),
-        changed: report
-            .changed
-            .iter()
-            .map(|c| proto::ChangedType {
-                name: c.name.clone(),
-                old: c.old.clone(),
-                new: c.new.clone(),
-                breaking: c.breaking.clone(),
-            })
-            .collect(),
-        imports_added: report.imports_added.clone(),
-        imports_removed: report.imports_removed.clone(),
-        breaks_callers: report.breaks_callers(),
-    }
-}
-
-/// What outbound HTTP a component with these imports gets from a tenant
-/// with these grants; empty when it does not import `wasi:http`.
-pub fn outbound_http(imports: &[String], http_hosts: &[String]) -> String {
-    if !imports.iter().any(|i| i.starts_with("wasi:http/")) {
-        return String::new();
-    }
-    if http_hosts.is_empty() {
-        "none granted: every request will be denied".to_owned()
-    } else {
-        format!("granted: {}", http_hosts.join(", "))
-    }
-}
-
-fn failure_to_proto(f: &Failure) -> proto::Failure {
-    proto::Failure {
-        class: f.class.as_str().to_owned(),
-        kind: f.kind.clone(),
-        message: f.message.clone(),
-        retryable: f.retryable,
-        details_json: f.details.as_ref().map(Value::to_string).unwrap_or_default(),
-    }
-}
-
 #[tonic::async_trait]
 impl Admin for AdminService {
     async fn upload(
@@ -375,12 +277,16 @@ impl Admin for AdminService {
                 .upload(&tenant, new, component)
                 .await
                 .map_err(status)?;
+            let beyond_grants = uploaded.beyond_grants;
             Ok::<_, Status>(proto::UploadResponse {
                 component: Some(to_proto(&view)),
                 already_stored: uploaded.already_stored,
                 changes: uploaded
                     .changes
-                    .map(|(against, report)| changes_to_proto(against, &report)),
+                    .map(|(against, report)| proto::ChangeReport {
+                        beyond_grants,
+                        ..changes_to_proto(against, &report)
+                    }),
             })
         }
         .await;
@@ -445,6 +351,27 @@ impl Admin for AdminService {
         }))
     }
 
+    async fn approve(
+        &self,
+        request: Request<proto::ActivateRequest>,
+    ) -> Result<Response<proto::ActivateResponse>, Status> {
+        if self.principal(&request)? != Principal::Operator {
+            return Err(Status::permission_denied(
+                "only the operator's token approves a version: a tenant's rollout is the operator's policy",
+            ));
+        }
+        let tenant = self.tenant(&request, &request.get_ref().tenant)?;
+        let (view, previous) = self
+            .catalog
+            .approve(&tenant, &request.get_ref().digest)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(proto::ActivateResponse {
+            component: Some(to_proto(&view)),
+            previous_digest: previous.unwrap_or_default(),
+        }))
+    }
+
     async fn status(
         &self,
         request: Request<proto::StatusRequest>,
@@ -453,21 +380,29 @@ impl Admin for AdminService {
         let tenants = self.auth.scope(&principal, &request.get_ref().tenant)?;
         let host = self.session.permits.host_usage();
         let metrics = &self.session.metrics;
-        let mut active = Vec::with_capacity(tenants.len());
+        let mut stored = Vec::with_capacity(tenants.len());
         for name in &tenants {
             let views = self.catalog.list(name).await.map_err(status)?;
-            active.push(
-                views
-                    .into_iter()
-                    .filter(|v| v.active)
-                    .map(|v| (v.version.name, v.version.digest))
-                    .collect(),
-            );
+            let held: Vec<proto::HeldVersion> = views
+                .iter()
+                .filter(|v| !v.version.held.is_empty())
+                .map(|v| proto::HeldVersion {
+                    deployment: v.version.name.clone(),
+                    digest: v.version.digest.clone(),
+                    reasons: v.version.held.clone(),
+                })
+                .collect();
+            let active: std::collections::HashMap<String, String> = views
+                .into_iter()
+                .filter(|v| v.active)
+                .map(|v| (v.version.name, v.version.digest))
+                .collect();
+            stored.push((active, held));
         }
         let tenants = tenants
             .into_iter()
-            .zip(active)
-            .map(|(name, active)| {
+            .zip(stored)
+            .map(|(name, (active, held))| {
                 let usage = self.session.permits.tenant_usage(&name);
                 let spec = self.catalog.spec(&name);
                 let share = spec
@@ -476,8 +411,15 @@ impl Admin for AdminService {
                     .unwrap_or_default();
                 let reuse = spec.ok().and_then(|spec| spec.tenant.reuse);
                 let cpu = metrics.cpu(&name);
+                let following = self
+                    .follower
+                    .states(&name)
+                    .into_iter()
+                    .map(|s| following(s, &active, &held))
+                    .collect();
                 proto::TenantStatus {
                     active,
+                    held,
                     cpu_weight: share.weight.get(),
                     cpu_max: share.max.map_or(0.0, |max| max.cores()),
                     cpu_seconds: cpu.used.as_secs_f64(),
@@ -493,18 +435,7 @@ impl Admin for AdminService {
                     in_flight: u32::try_from(metrics.in_flight(&name)).unwrap_or(u32::MAX),
                     outcomes: metrics.outcomes(&name).into_iter().collect(),
                     activity_types: self.catalog.registry().activity_types(&name),
-                    following: self
-                        .follower
-                        .states(&name)
-                        .into_iter()
-                        .map(|s| proto::Following {
-                            reference: s.reference,
-                            deployment: s.deployment,
-                            wanted: s.wanted.unwrap_or_default(),
-                            active: s.active.unwrap_or_default(),
-                            last_error: s.last_error.unwrap_or_default(),
-                        })
-                        .collect(),
+                    following,
                     name,
                 }
             })
@@ -559,6 +490,32 @@ impl Admin for AdminService {
             outcome: Some(outcome),
         }))
     }
+}
+
+/// A followed tag as `status` shows it. The follower knows what it pulled;
+/// the catalog knows what became of it since: a held version the operator
+/// approved is the active one, a removed one is held no more.
+fn following(
+    s: FollowState,
+    active: &std::collections::HashMap<String, String>,
+    held: &[proto::HeldVersion],
+) -> proto::Following {
+    let mut following = proto::Following {
+        reference: s.reference,
+        deployment: s.deployment,
+        wanted: s.wanted.unwrap_or_default(),
+        active: s.active.unwrap_or_default(),
+        last_error: s.last_error.unwrap_or_default(),
+        held: String::new(),
+    };
+    if let Some(digest) = s.held {
+        if active.get(&following.deployment) == Some(&digest) {
+            following.active = digest;
+        } else if held.iter().any(|h| h.digest == digest) {
+            following.held = digest;
+        }
+    }
+    following
 }
 
 fn saturate(n: usize) -> u32 {

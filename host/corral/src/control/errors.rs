@@ -35,6 +35,15 @@ pub enum ControlError {
         "{digest} is the active version of `{deployment}`: activate another version first, or force the removal to stop serving it"
     )]
     RemovingActive { digest: String, deployment: String },
+    #[error(
+        "{digest} of `{deployment}` is held for an operator's approval by the tenant's rollout ({}): an operator activates it with `corral approve`",
+        .reasons.join("; ")
+    )]
+    Held {
+        digest: String,
+        deployment: String,
+        reasons: Vec<String>,
+    },
     #[error(transparent)]
     Quota(#[from] QuotaExceeded),
     /// The tenant's deployments, with this change, cannot be routed.
@@ -100,7 +109,9 @@ impl ControlError {
             | ControlError::Reuse(_)
             | ControlError::StoredAsAnother { .. }
             | ControlError::Load(_) => InvalidArgument,
-            ControlError::RemovingActive { .. } | ControlError::Routes(_) => FailedPrecondition,
+            ControlError::RemovingActive { .. }
+            | ControlError::Routes(_)
+            | ControlError::Held { .. } => FailedPrecondition,
             ControlError::Quota(_) | ControlError::CompileLimit(_) => ResourceExhausted,
             ControlError::RegistryNotAllowed { .. } => PermissionDenied,
             ControlError::Pull(e) => match e {

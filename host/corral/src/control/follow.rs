@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ControlError;
 use super::catalog::{Catalog, NewVersion};
-use super::metadata::Pulled;
+use super::metadata::Pulled as Source;
 use crate::oci::{self, OciError, OciRef, Registries};
 use corral_core::metrics::escape;
 use corral_core::sync::lock;
@@ -35,6 +35,9 @@ pub struct FollowState {
     pub active: Option<String>,
     /// Why the last check failed (cleared by a success).
     pub last_error: Option<String>,
+    /// The component digest pulled last that the tenant's roll-out holds
+    /// for an operator's approval (cleared when another activates).
+    pub held: Option<String>,
     /// A manifest that failed to load: not tried again until the tag moves.
     failed: Option<String>,
 }
@@ -46,6 +49,12 @@ enum ActivateError {
     Pull(#[from] OciError),
     #[error(transparent)]
     Upload(#[from] ControlError),
+}
+
+/// What became of a followed tag's new manifest: its component digest.
+enum Pulled {
+    Active(String),
+    Held(String),
 }
 
 /// The followed tags of every tenant, and their state.
@@ -154,13 +163,26 @@ impl Follower {
         }
         update(&|s| s.wanted = Some(wanted.clone()));
         match self.activate(tenant, reference, &wanted, registries).await {
-            Ok(active) => {
+            Ok(Pulled::Active(active)) => {
                 tracing::info!(
                     tenant,
                     "following {reference}: activated {active} ({wanted})"
                 );
                 update(&|s| {
                     s.active = Some(active.clone());
+                    s.held = None;
+                    s.last_error = None;
+                    s.failed = None;
+                });
+            }
+            Ok(Pulled::Held(digest)) => {
+                // The catalog logged why; it waits for `corral approve`.
+                tracing::warn!(
+                    tenant,
+                    "following {reference}: {digest} ({wanted}) is held for an operator's approval"
+                );
+                update(&|s| {
+                    s.held = Some(digest.clone());
                     s.last_error = None;
                     s.failed = None;
                 });
@@ -179,15 +201,15 @@ impl Follower {
         }
     }
 
-    /// Pulls `reference` at `manifest` and activates it; the component's
-    /// digest, or why not.
+    /// Pulls `reference` at `manifest` and activates it, as the tenant's
+    /// roll-out lets it; the component's digest, or why not.
     async fn activate(
         &self,
         tenant: &str,
         reference: &OciRef,
         manifest: &str,
         registries: &Registries,
-    ) -> Result<String, ActivateError> {
+    ) -> Result<Pulled, ActivateError> {
         let pinned = reference.at_digest(manifest);
         let pulled = oci::pull(&pinned, registries, self.catalog.staging()).await?;
         let new = NewVersion {
@@ -197,7 +219,7 @@ impl Follower {
             config: BTreeMap::new(),
             reuse: Default::default(),
             inactive: false,
-            pulled: Some(Pulled {
+            pulled: Some(Source {
                 reference: reference.to_string(),
                 manifest: pulled.manifest_digest,
             }),
@@ -216,7 +238,11 @@ impl Follower {
                 "followed tag: what the new version changes"
             );
         }
-        Ok(view.version.digest)
+        Ok(if view.active {
+            Pulled::Active(view.version.digest)
+        } else {
+            Pulled::Held(view.version.digest)
+        })
     }
 
     /// The state of `tenant`'s followed tags.

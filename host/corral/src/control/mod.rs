@@ -16,7 +16,9 @@ pub mod gate;
 pub mod metadata;
 mod pull;
 pub mod quota;
+pub mod rollout;
 pub mod server;
+mod shapes;
 pub mod store;
 
 pub use api::AdminService;

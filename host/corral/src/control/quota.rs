@@ -78,6 +78,8 @@ mod tests {
             compiled: 0,
             pulled: None,
             reuse: None,
+            held: Vec::new(),
+            served: false,
         }
     }
 

@@ -51,6 +51,14 @@ pub struct Version {
     /// The deployment's own reuse (none: the tenant's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reuse: Option<StoredReuse>,
+    /// Why the tenant's roll-out gate holds it for an operator's approval
+    /// (the host's words, bounded); empty: not held.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<String>,
+    /// It has served its deployment: activating it again (a roll-back)
+    /// passes the gate.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub served: bool,
 }
 
 /// A deployment's own reuse as stored; validated again when it is read
@@ -442,6 +450,8 @@ mod tests {
             compiled: 0,
             pulled: None,
             reuse: None,
+            held: Vec::new(),
+            served: false,
         }
     }
 

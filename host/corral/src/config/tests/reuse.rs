@@ -1,4 +1,4 @@
-//! `reuse` (per tenant) and `max_warm_instances` (per host).
+//! `reuse` and `rollout` (per tenant) and `max_warm_instances` (per host).
 
 use std::path::Path;
 use std::time::Duration;
@@ -53,4 +53,32 @@ fn reuse_is_off_unless_a_tenant_sets_it_and_its_bounds_are_named() {
         said.contains("host.max_warm_instances: must be a whole number from 0 to 10000, got -1"),
         "{said}"
     );
+}
+
+#[test]
+fn rollout_holds_nothing_unless_a_tenant_sets_it_and_a_bad_word_is_named() {
+    use crate::control::rollout::HoldOn;
+    let parse = |extra: &str| {
+        Config::parse(
+            &GOOD.replace("name = \"acme\"", &format!("name = \"acme\"\n{extra}")),
+            Path::new("."),
+        )
+    };
+    assert_eq!(parse("").unwrap().tenants[0].rollout.holds_on().count(), 0);
+    let set = parse("rollout = { hold = [\"breaking\", \"new-imports\"] }").unwrap();
+    assert_eq!(
+        set.tenants[0].rollout.holds_on().collect::<Vec<_>>(),
+        [HoldOn::Breaking, HoldOn::NewImports]
+    );
+    for (setting, problem) in [
+        (
+            "rollout = { hold = [\"breaking\", \"risky\"] }",
+            "`acme`).rollout.hold: `risky` is not a change a roll-out can hold on: use every, breaking, new-imports or beyond-grants",
+        ),
+        ("rollout = { hold = \"breaking\" }", "expected a sequence"),
+        ("rollout = { gate = [] }", "unknown field `gate`"),
+    ] {
+        let said = parse(setting).unwrap_err().to_string();
+        assert!(said.contains(problem), "{setting}: {said}");
+    }
 }

@@ -10,12 +10,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+mod activate;
 mod seed;
 
 use sha2::{Digest, Sha256};
 
 pub use super::errors::{CatalogError, ControlError, Refusal};
 use super::metadata::{self, Pulled};
+use super::rollout::{Rollout, beyond_grants};
 use super::store::{Index, Store, StoredReuse, TenantIndex, Version};
 use crate::config::Quota;
 use crate::oci::{Credential, RepositoryPrefix};
@@ -38,6 +40,8 @@ pub struct TenantSpec {
     pub registries: Vec<RepositoryPrefix>,
     /// The tenant's own registry credentials (over the host's).
     pub credentials: BTreeMap<String, Credential>,
+    /// What its new versions may activate by themselves.
+    pub rollout: Rollout,
 }
 
 impl TenantSpec {
@@ -78,6 +82,8 @@ pub struct Uploaded {
     /// (that version's digest, and the report); `None` for a deployment's
     /// first version or the same bytes again.
     pub changes: Option<(String, ChangeReport)>,
+    /// The capabilities it imports that the tenant is not granted.
+    pub beyond_grants: Vec<String>,
 }
 
 /// A stored version as the API shows it.
@@ -168,6 +174,7 @@ impl Catalog {
             for spec in catalog.tenants.values() {
                 let name = &spec.tenant.name;
                 let tenant_index = state.index.tenants.get(name).cloned().unwrap_or_default();
+                catalog.count_held(name, Some(&tenant_index));
                 for version in tenant_index.active_versions() {
                     let component =
                         catalog
@@ -230,6 +237,8 @@ impl Catalog {
             compiled: 0,
             pulled: new.pulled.clone(),
             reuse: StoredReuse::of(new.reuse),
+            held: Vec::new(),
+            served: false,
         };
         // Refused before compiling, and again (with the compiled size, and
         // the index may have changed meanwhile) before anything is written.
@@ -252,7 +261,7 @@ impl Catalog {
             .find(|v| v.digest == digest)
             .cloned();
         let already_stored = existing.is_some();
-        let version = match existing {
+        let mut version = match existing {
             Some(v) if v.name != new.name => {
                 return Err(ControlError::StoredAsAnother {
                     digest,
@@ -283,6 +292,16 @@ impl Catalog {
                 let before = state.loaded.get(active)?;
                 Some((active.clone(), ChangeReport::between(before, &loaded)))
             });
+        let beyond_grants = beyond_grants(&loaded.imports, &spec.tenant.capabilities);
+        // The gate: a version that never served its deployment activates
+        // by itself only when the tenant's roll-out lets it.
+        if !new.inactive && !version.served && !tenant_index.is_active(&version) {
+            version.held = spec
+                .rollout
+                .reasons(changes.as_ref().map(|(_, r)| r), &beyond_grants);
+        }
+        let activate = !new.inactive && version.held.is_empty();
+        version.served |= activate;
         match tenant_index
             .versions
             .iter_mut()
@@ -291,7 +310,7 @@ impl Catalog {
             Some(stored) => *stored = version.clone(),
             None => tenant_index.versions.push(version.clone()),
         }
-        if !new.inactive {
+        if activate {
             tenant_index
                 .active
                 .insert(version.name.clone(), digest.clone());
@@ -312,52 +331,27 @@ impl Catalog {
             }
             return Err(e);
         }
-        if !new.inactive {
+        if activate {
             self.metrics.activation(tenant);
         }
-        tracing::info!(tenant, digest = %digest, deployment = %version.name, active = !new.inactive, "stored");
-        let active = !new.inactive;
+        if version.held.is_empty() {
+            tracing::info!(tenant, digest = %digest, deployment = %version.name, active = activate, "stored");
+        } else {
+            tracing::warn!(tenant, digest = %digest, deployment = %version.name, held = %version.held.join("; "), "stored, held for an operator's approval by the tenant's rollout");
+        }
         Ok((
             VersionView {
                 tenant: tenant.to_owned(),
                 version,
-                active,
+                active: activate,
                 component: Some(loaded),
                 http_hosts: spec.http_hosts(),
             },
             Uploaded {
                 already_stored,
                 changes,
+                beyond_grants,
             },
-        ))
-    }
-
-    /// Makes a stored version the active one of its deployment.
-    pub async fn activate(
-        &self,
-        tenant: &str,
-        digest: &str,
-    ) -> Result<(VersionView, Option<String>), ControlError> {
-        let spec = self.spec(tenant)?;
-        let mut state = self.state.lock().await;
-        let (mut tenant_index, version) = state.version(tenant, digest)?;
-        let previous = tenant_index
-            .active
-            .insert(version.name.clone(), version.digest.clone())
-            .filter(|p| *p != version.digest);
-        self.commit(&mut state, spec, tenant_index).await?;
-        self.metrics.activation(tenant);
-        tracing::info!(tenant, digest = %version.digest, deployment = %version.name, previous = ?previous, "activated");
-        let component = state.loaded.get(&version.digest).cloned();
-        Ok((
-            VersionView {
-                tenant: tenant.to_owned(),
-                version,
-                active: true,
-                component,
-                http_hosts: spec.http_hosts(),
-            },
-            previous,
         ))
     }
 
@@ -474,6 +468,7 @@ impl Catalog {
         self.store
             .save(&index)
             .map_err(|e| ControlError::host("writing the index", e))?;
+        self.count_held(name, index.tenants.get(name));
         state.index = index;
         self.registry.install(table);
         // Only what serves stays compiled in memory; the rest is loaded

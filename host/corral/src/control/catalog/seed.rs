@@ -93,6 +93,8 @@ impl Catalog {
                     compiled: self.sandbox.compiled_size(&digest).unwrap_or(0),
                     pulled,
                     reuse: None,
+                    held: Vec::new(),
+                    served: true,
                 });
             }
             tenant_index.active.insert(name, digest.clone());

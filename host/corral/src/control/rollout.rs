@@ -1,0 +1,315 @@
+//! Roll-out gates: what a tenant's new version may activate by itself, and
+//! what waits for an operator's `corral approve`.
+//!
+//! A tenant's `rollout = { hold = [...] }` names the changes that hold a
+//! version: `breaking` (a caller of the active version breaks),
+//! `new-imports` (it imports what the active version did not),
+//! `beyond-grants` (it imports a capability the tenant is not granted) and
+//! `every` (every new version). A held version is stored, not served; it
+//! shows in `status` and `/metrics` until the operator approves it or it is
+//! removed. The gate applies to every way a version becomes active on the
+//! tenant's token: a deploy, an `activate` and a followed tag's new
+//! manifest. A version that served its deployment before (a roll-back)
+//! passes, and nothing on the operator's side (the configuration's own
+//! components, `approve`) is held.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use corral_core::sandbox::{Capabilities, ChangeReport};
+use corral_core::shown::shown;
+
+/// A change that holds a version for approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HoldOn {
+    Every,
+    Breaking,
+    NewImports,
+    BeyondGrants,
+}
+
+impl HoldOn {
+    const ALL: [HoldOn; 4] = [
+        HoldOn::Every,
+        HoldOn::Breaking,
+        HoldOn::NewImports,
+        HoldOn::BeyondGrants,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            HoldOn::Every => "every",
+            HoldOn::Breaking => "breaking",
+            HoldOn::NewImports => "new-imports",
+            HoldOn::BeyondGrants => "beyond-grants",
+        }
+    }
+}
+
+impl fmt::Display for HoldOn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A word `hold` does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{}` is not a change a roll-out can hold on: use every, breaking, new-imports or beyond-grants", shown(.0, 64))]
+pub struct UnknownHold(String);
+
+impl FromStr for HoldOn {
+    type Err = UnknownHold;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        HoldOn::ALL
+            .into_iter()
+            .find(|h| h.as_str() == s)
+            .ok_or_else(|| UnknownHold(s.to_owned()))
+    }
+}
+
+/// A tenant's roll-out policy, validated: built only from known words.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rollout {
+    hold: BTreeSet<HoldOn>,
+}
+
+/// At most this many names are listed in one reason; the rest are counted.
+const MAX_LISTED: usize = 5;
+/// A name in a reason (a guest's own text) is cut to this many bytes.
+const MAX_NAME: usize = 128;
+
+impl Rollout {
+    /// The policy holding on `words` (the configuration's `rollout.hold`).
+    pub fn new<S: AsRef<str>>(words: &[S]) -> Result<Rollout, UnknownHold> {
+        let hold = words
+            .iter()
+            .map(|w| w.as_ref().parse())
+            .collect::<Result<_, _>>()?;
+        Ok(Rollout { hold })
+    }
+
+    /// What it holds on, in order.
+    pub fn holds_on(&self) -> impl Iterator<Item = HoldOn> + '_ {
+        self.hold.iter().copied()
+    }
+
+    /// Why a new version must wait for approval, or nothing when it may
+    /// activate by itself. `report` is what it changes against the active
+    /// version (`None`: nothing of the deployment serves yet), `beyond` the
+    /// capabilities it imports that the tenant is not granted.
+    pub fn reasons(&self, report: Option<&ChangeReport>, beyond: &[String]) -> Vec<String> {
+        let mut reasons = Vec::new();
+        for hold in &self.hold {
+            match hold {
+                HoldOn::Every => reasons.push("every new version waits for approval".to_owned()),
+                HoldOn::Breaking => {
+                    let Some(report) = report.filter(|r| r.breaks_callers()) else {
+                        continue;
+                    };
+                    let mut broken: Vec<String> = report
+                        .removed
+                        .iter()
+                        .map(|name| format!("removes {}", shown(name, MAX_NAME)))
+                        .collect();
+                    broken.extend(
+                        report
+                            .changed
+                            .iter()
+                            .filter(|c| !c.breaking.is_empty())
+                            .map(|c| format!("changes {}", shown(&c.name, MAX_NAME))),
+                    );
+                    reasons.push(format!("breaks callers: {}", listed(&broken)));
+                }
+                HoldOn::NewImports => {
+                    if let Some(report) = report.filter(|r| !r.imports_added.is_empty()) {
+                        let added: Vec<String> = report
+                            .imports_added
+                            .iter()
+                            .map(|i| shown(i, MAX_NAME))
+                            .collect();
+                        reasons.push(format!("adds imports: {}", listed(&added)));
+                    }
+                }
+                HoldOn::BeyondGrants => {
+                    if !beyond.is_empty() {
+                        reasons.push(format!("uses what is not granted: {}", listed(beyond)));
+                    }
+                }
+            }
+        }
+        reasons
+    }
+}
+
+fn listed(items: &[String]) -> String {
+    let mut text = items
+        .iter()
+        .take(MAX_LISTED)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > MAX_LISTED {
+        text.push_str(&format!(" and {} more", items.len() - MAX_LISTED));
+    }
+    text
+}
+
+/// The capabilities a component with these imports would use that a tenant
+/// with these grants does not have: outbound HTTP with no host granted,
+/// files with no directory granted, sockets (never granted). Each once,
+/// with the import that asks for it.
+pub fn beyond_grants(imports: &[String], grants: &Capabilities) -> Vec<String> {
+    let families: [(&str, bool, &str); 3] = [
+        (
+            "wasi:http/outgoing-handler",
+            grants.http_hosts.is_empty(),
+            "outbound HTTP, and no host is granted",
+        ),
+        (
+            "wasi:filesystem/",
+            grants.dirs.is_empty(),
+            "files, and no directory is granted",
+        ),
+        ("wasi:sockets/", true, "sockets, which corral never grants"),
+    ];
+    families
+        .into_iter()
+        .filter(|(_, ungranted, _)| *ungranted)
+        .filter_map(|(prefix, _, what)| {
+            let import = imports.iter().find(|i| i.starts_with(prefix))?;
+            Some(format!("{what} ({})", shown(import, MAX_NAME)))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corral_core::sandbox::Changed;
+
+    fn report() -> ChangeReport {
+        ChangeReport {
+            removed: vec!["demo:x/api.gone".to_owned()],
+            changed: vec![
+                Changed {
+                    name: "demo:x/api.same".to_owned(),
+                    old: "func()".to_owned(),
+                    new: "func(a: option<u32>)".to_owned(),
+                    breaking: Vec::new(),
+                },
+                Changed {
+                    name: "demo:x/api.broken".to_owned(),
+                    old: "func(a: u32)".to_owned(),
+                    new: "func(a: string)".to_owned(),
+                    breaking: vec!["a: another type".to_owned()],
+                },
+            ],
+            imports_added: vec!["wasi:http/outgoing-handler@0.2.9".to_owned()],
+            ..ChangeReport::default()
+        }
+    }
+
+    #[test]
+    fn only_known_words_make_a_policy() {
+        let policy = Rollout::new(&["breaking", "new-imports"]).unwrap();
+        assert_eq!(
+            policy.holds_on().collect::<Vec<_>>(),
+            [HoldOn::Breaking, HoldOn::NewImports]
+        );
+        let e = Rollout::new(&["breaking", "Breaking\u{1b}[2J"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`Breaking\\u{1b}[2J` is not a change a roll-out can hold on: use every, breaking, new-imports or beyond-grants"
+        );
+        assert_eq!(Rollout::new::<&str>(&[]).unwrap(), Rollout::default());
+    }
+
+    #[test]
+    fn each_hold_names_what_it_holds_on_and_no_more() {
+        let report = report();
+        assert!(
+            Rollout::default()
+                .reasons(Some(&report), &["x".into()])
+                .is_empty()
+        );
+        assert_eq!(
+            Rollout::new(&["breaking"])
+                .unwrap()
+                .reasons(Some(&report), &[]),
+            ["breaks callers: removes demo:x/api.gone, changes demo:x/api.broken"]
+        );
+        assert_eq!(
+            Rollout::new(&["new-imports"])
+                .unwrap()
+                .reasons(Some(&report), &[]),
+            ["adds imports: wasi:http/outgoing-handler@0.2.9"]
+        );
+        // A compatible change holds nothing; nor does a first version,
+        // unless every version is held.
+        let compatible = ChangeReport {
+            changed: vec![report.changed[0].clone()],
+            ..ChangeReport::default()
+        };
+        let all = Rollout::new(&["breaking", "new-imports", "beyond-grants"]).unwrap();
+        assert!(all.reasons(Some(&compatible), &[]).is_empty());
+        assert!(all.reasons(None, &[]).is_empty());
+        assert_eq!(
+            Rollout::new(&["every"]).unwrap().reasons(None, &[]),
+            ["every new version waits for approval"]
+        );
+        assert_eq!(
+            all.reasons(None, &["sockets".into()]),
+            ["uses what is not granted: sockets"]
+        );
+    }
+
+    #[test]
+    fn a_reason_lists_a_few_names_escaped_and_counts_the_rest() {
+        let report = ChangeReport {
+            removed: (0..8).map(|i| format!("demo:x/api.t{i}\n")).collect(),
+            ..ChangeReport::default()
+        };
+        let reasons = Rollout::new(&["breaking"])
+            .unwrap()
+            .reasons(Some(&report), &[]);
+        assert_eq!(
+            reasons,
+            [
+                "breaks callers: removes demo:x/api.t0\\n, removes demo:x/api.t1\\n, removes demo:x/api.t2\\n, removes demo:x/api.t3\\n, removes demo:x/api.t4\\n and 3 more"
+            ]
+        );
+    }
+
+    #[test]
+    fn beyond_grants_names_each_ungranted_capability_once() {
+        let imports: Vec<String> = [
+            "wasi:io/streams@0.2.9",
+            "wasi:http/types@0.2.9",
+            "wasi:http/outgoing-handler@0.2.9",
+            "wasi:filesystem/types@0.2.9",
+            "wasi:filesystem/preopens@0.2.9",
+        ]
+        .map(String::from)
+        .to_vec();
+        let none = Capabilities::default();
+        assert_eq!(
+            beyond_grants(&imports, &none),
+            [
+                "outbound HTTP, and no host is granted (wasi:http/outgoing-handler@0.2.9)",
+                "files, and no directory is granted (wasi:filesystem/types@0.2.9)"
+            ]
+        );
+        let granted = Capabilities {
+            http_hosts: vec!["api.example.com".parse().unwrap()].into(),
+            dirs: vec!["/tmp:/data".parse().unwrap()],
+            ..Capabilities::default()
+        };
+        assert!(beyond_grants(&imports, &granted).is_empty());
+        assert_eq!(
+            beyond_grants(&["wasi:sockets/tcp@0.2.9".to_owned()], &granted),
+            ["sockets, which corral never grants (wasi:sockets/tcp@0.2.9)"]
+        );
+    }
+}
