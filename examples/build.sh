@@ -32,13 +32,18 @@ cargo build "${quiet[@]}" --profile stripped --target wasm32-wasip2 --manifest-p
 cp -p "$target/wasm32-wasip2/stripped/hostile.wasm" "$guests/hostile-stripped.wasm.tmp"
 mv "$guests/hostile-stripped.wasm.tmp" "$guests/hostile-stripped.wasm"
 # Version 1 of `versioned` is dist/versioned.wasm; version 2 of the same
-# deployment is dist/v2/versioned.wasm (kept apart: both export the same types).
+# deployment is dist/v2/versioned.wasm, version 3 dist/v3/versioned.wasm (kept
+# apart: they export the same types).
 cp -p "$target/wasm32-wasip2/release/versioned.wasm" "$dist/versioned.wasm.tmp"
 mv "$dist/versioned.wasm.tmp" "$dist/versioned.wasm"
 mkdir -p "$dist/v2"
 cargo build "${quiet[@]}" --release --target wasm32-wasip2 --manifest-path "$here/Cargo.toml" --target-dir "$target" -p versioned --features v2
 cp -p "$target/wasm32-wasip2/release/versioned.wasm" "$dist/v2/versioned.wasm.tmp"
 mv "$dist/v2/versioned.wasm.tmp" "$dist/v2/versioned.wasm"
+mkdir -p "$dist/v3"
+cargo build "${quiet[@]}" --release --target wasm32-wasip2 --manifest-path "$here/Cargo.toml" --target-dir "$target" -p versioned --features v3
+cp -p "$target/wasm32-wasip2/release/versioned.wasm" "$dist/v3/versioned.wasm.tmp"
+mv "$dist/v3/versioned.wasm.tmp" "$dist/v3/versioned.wasm"
 
 if [ -z "${CORRAL_SKIP_PYTHON:-}" ]; then
   if ! command -v componentize-py >/dev/null; then

@@ -52,6 +52,8 @@ struct Inner {
     activations: BTreeMap<String, u64>,
     /// Tenant → versions its roll-out holds for approval.
     held: BTreeMap<String, usize>,
+    /// Tenant → canaries rolled back by themselves.
+    rollbacks: BTreeMap<String, u64>,
     loads: BTreeMap<&'static str, u64>,
     /// Tenant → activity type → (CPU, waited for CPU).
     cpu: BTreeMap<String, BTreeMap<String, (Duration, Duration)>>,
@@ -171,6 +173,13 @@ impl Metrics {
     /// How many of `tenant`'s versions its roll-out holds for approval.
     pub fn versions_held(&self, tenant: &str, held: usize) {
         self.lock().held.insert(tenant.to_owned(), held);
+    }
+
+    /// `n` of `tenant`'s canaries were rolled back.
+    pub fn canary_rolled_back(&self, tenant: &str, n: u64) {
+        if n > 0 {
+            *self.lock().rollbacks.entry(tenant.to_owned()).or_default() += n;
+        }
     }
 
     /// How many of `tenant`'s versions wait for approval.
@@ -355,6 +364,19 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "corral_versions_held{{tenant=\"{}\"}} {n}",
+                escape(tenant)
+            );
+        }
+        header(
+            &mut out,
+            "corral_canary_rollbacks_total",
+            "counter",
+            "Canaries rolled back by themselves (a failure class past its margin).",
+        );
+        for (tenant, n) in &inner.rollbacks {
+            let _ = writeln!(
+                out,
+                "corral_canary_rollbacks_total{{tenant=\"{}\"}} {n}",
                 escape(tenant)
             );
         }

@@ -2,6 +2,7 @@
 //! liveness, cancellation and shutdown, written against the [`Connector`]
 //! trait so pull engines (Temporal) and push engines (Aion) share it.
 
+pub mod canary;
 pub mod cpu;
 mod liveness;
 mod permits;
@@ -17,6 +18,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use canary::{Counts, Side, Split};
 pub use permits::{HostSlot, Permit, Permits, TenantSlots, TypeAdmission, TypeSlot, Usage};
 pub use registry::{Deployment, Registry, Route, RouteError, TenantTable};
 

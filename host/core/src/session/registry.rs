@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use super::canary::{Side, Split};
 use crate::sandbox::{DeploymentReuse, LoadedComponent, PreparedTenant, SecretShadows};
 
 /// Where a task goes.
@@ -18,6 +19,8 @@ pub struct Route {
     pub component: Arc<LoadedComponent>,
     /// The full activity type name inside the component.
     pub activity: String,
+    /// Under a canary: its split, and the side this task was routed to.
+    pub side: Option<(Arc<Split>, Side)>,
 }
 
 /// One tenant's policy and routes, replaced as a whole.
@@ -25,6 +28,8 @@ pub struct Route {
 struct TenantRoutes {
     tenant: Arc<PreparedTenant>,
     routes: HashMap<String, Route>,
+    /// Full activity type name → its canary's split and candidate route.
+    canaries: HashMap<String, (Arc<Split>, Route)>,
 }
 
 /// A tenant's checked routes, ready to [`Registry::install`].
@@ -67,6 +72,9 @@ pub struct Deployment {
     pub component: Arc<LoadedComponent>,
     pub config: Vec<(String, String)>,
     pub reuse: DeploymentReuse,
+    /// A candidate version taking a share of the tasks of the activity
+    /// types it has in common with this one.
+    pub canary: Option<(Box<Deployment>, Arc<Split>)>,
 }
 
 impl From<Arc<LoadedComponent>> for Deployment {
@@ -75,6 +83,34 @@ impl From<Arc<LoadedComponent>> for Deployment {
             component,
             config: Vec::new(),
             reuse: DeploymentReuse::Tenant,
+            canary: None,
+        }
+    }
+}
+
+impl Deployment {
+    /// The policy its tasks run under: the tenant's, with the deployment's
+    /// own config and reuse over it.
+    fn runs_as(&self, tenant: &Arc<PreparedTenant>) -> Result<Arc<PreparedTenant>, RouteError> {
+        if self.config.is_empty() && self.reuse == DeploymentReuse::Tenant {
+            return Ok(tenant.clone());
+        }
+        let prepared = tenant
+            .for_deployment(&self.config, self.reuse)
+            .map_err(|source| RouteError::Config {
+                tenant: tenant.name.clone(),
+                source,
+            })?;
+        Ok(Arc::new(prepared))
+    }
+
+    /// A route to its component's `activity`.
+    fn route(&self, runs_as: &Arc<PreparedTenant>, activity: &str) -> Route {
+        Route {
+            tenant: runs_as.clone(),
+            component: self.component.clone(),
+            activity: activity.to_owned(),
+            side: None,
         }
     }
 }
@@ -144,22 +180,10 @@ impl Registry {
     ) -> Result<TenantRoutes, RouteError> {
         let name = &tenant.name;
         let mut routes: HashMap<String, Route> = HashMap::new();
-        for Deployment {
-            component,
-            config,
-            reuse,
-        } in deployments
-        {
-            let runs_as = if config.is_empty() && *reuse == DeploymentReuse::Tenant {
-                tenant.clone()
-            } else {
-                Arc::new(tenant.for_deployment(config, *reuse).map_err(|source| {
-                    RouteError::Config {
-                        tenant: name.clone(),
-                        source,
-                    }
-                })?)
-            };
+        let mut canaries = HashMap::new();
+        for deployment in deployments {
+            let runs_as = deployment.runs_as(&tenant)?;
+            let component = &deployment.component;
             for activity in &component.activities {
                 if let Some(existing) = routes.get(&*activity.name) {
                     return Err(RouteError::Duplicate {
@@ -171,12 +195,24 @@ impl Registry {
                 }
                 routes.insert(
                     activity.name.to_string(),
-                    Route {
-                        tenant: runs_as.clone(),
-                        component: component.clone(),
-                        activity: activity.name.to_string(),
-                    },
+                    deployment.route(&runs_as, &activity.name),
                 );
+            }
+            if let Some((candidate, split)) = &deployment.canary {
+                let candidate_runs_as = candidate.runs_as(&tenant)?;
+                // Only the types both versions serve are split; the rest
+                // stay on the active version until the candidate is.
+                for activity in &candidate.component.activities {
+                    if component.activity(&activity.name).is_some() {
+                        canaries.insert(
+                            activity.name.to_string(),
+                            (
+                                split.clone(),
+                                candidate.route(&candidate_runs_as, &activity.name),
+                            ),
+                        );
+                    }
+                }
             }
         }
         for (alias, target) in aliases {
@@ -195,7 +231,11 @@ impl Registry {
             }
             routes.insert(alias.clone(), route);
         }
-        Ok(TenantRoutes { tenant, routes })
+        Ok(TenantRoutes {
+            tenant,
+            routes,
+            canaries,
+        })
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<TenantRoutes>>> {
@@ -210,9 +250,19 @@ impl Registry {
         self.read().get(tenant).cloned()
     }
 
-    /// The route of `activity_type` (a full name or an alias) for `tenant`.
+    /// The route of `activity_type` (a full name or an alias) for `tenant`;
+    /// under a canary, the side the next task takes.
     pub fn route(&self, tenant: &str, activity_type: &str) -> Option<Route> {
-        self.read().get(tenant)?.routes.get(activity_type).cloned()
+        let table = self.tenant_routes(tenant)?;
+        let mut route = table.routes.get(activity_type)?.clone();
+        if let Some((split, candidate)) = table.canaries.get(&route.activity) {
+            let side = split.take();
+            if side == Side::Candidate {
+                route = candidate.clone();
+            }
+            route.side = Some((split.clone(), side));
+        }
+        Some(route)
     }
 
     /// Every name `activity_type` is served under for `tenant`: the name

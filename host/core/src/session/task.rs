@@ -166,6 +166,9 @@ async fn execute(
             async move { sandbox.execute(&component, &prepared, task).await },
         )
         .await;
+    if let Some((split, side)) = &route.side {
+        split.record(*side, &outcome);
+    }
     (outcome, route.activity)
 }
 

@@ -12,6 +12,7 @@ use tonic::{Request, Status};
 
 use corral::control::api::UPLOAD_CHUNK;
 use corral::control::proto::{self, admin_client::AdminClient, run_response, upload_request};
+use corral::control::rollout::{DEFAULT_MARGIN, DEFAULT_MIN_TASKS, Ramp};
 use corral::token::generate_token;
 
 use super::{error_exit, key_value, usage_error};
@@ -62,6 +63,18 @@ pub struct DeployArgs {
     /// Store it without activating it.
     #[arg(long)]
     inactive: bool,
+    /// Ramp it up as a canary over the active version: the percents of the
+    /// deployment's tasks it takes in turn and each step's time (e.g.
+    /// 10,50/5m), then all of them.
+    #[arg(long, value_name = "PERCENTS/EVERY", value_parser = Ramp::parse)]
+    canary: Option<Ramp>,
+    /// Roll the canary back when its rate of a failure class is more than
+    /// this many points over the active version's [default: 5].
+    #[arg(long, value_name = "POINTS", requires = "canary")]
+    canary_margin: Option<u32>,
+    /// The canary's own tasks before it may be rolled back [default: 20].
+    #[arg(long, value_name = "N", requires = "canary")]
+    canary_min_tasks: Option<u32>,
 }
 
 #[derive(clap::Args)]
@@ -236,6 +249,21 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
         oci_reference,
         config: args.config.into_iter().collect(),
         reuse: args.reuse,
+        canary: match args.canary.map(|ramp| {
+            ramp.with_rollback(
+                args.canary_margin.unwrap_or(DEFAULT_MARGIN),
+                args.canary_min_tasks.unwrap_or(DEFAULT_MIN_TASKS),
+            )
+        }) {
+            Some(Ok(ramp)) => Some(proto::Canary {
+                steps_percent: ramp.steps().to_vec(),
+                every_ms: u64::try_from(ramp.every().as_millis()).unwrap_or(u64::MAX),
+                margin_percent: ramp.margin(),
+                min_tasks: ramp.min_tasks(),
+            }),
+            Some(Err(e)) => return usage_error(format!("--canary: {e}")),
+            None => None,
+        },
     };
     let mut messages = vec![proto::UploadRequest {
         part: Some(upload_request::Part::Header(header)),
@@ -260,8 +288,14 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
             .map_or(Value::Null, super::diff::changes_json);
         println!("{value}");
     } else {
+        let canary = format!(
+            "a canary taking {}% of its deployment's tasks",
+            component.canary_percent
+        );
         let state = if component.active {
             "active"
+        } else if component.canary_percent > 0 {
+            &canary
         } else if !component.held.is_empty() {
             "stored, held for an operator's approval (corral approve)"
         } else {
@@ -308,6 +342,8 @@ pub async fn list(args: ConnOnly) -> ExitCode {
             c.name,
             if c.active {
                 "yes"
+            } else if c.canary_percent > 0 {
+                "canary"
             } else if c.held.is_empty() {
                 ""
             } else {
@@ -335,6 +371,12 @@ pub async fn describe(args: DigestArgs) -> ExitCode {
     println!("  size:     {}", corral_core::sandbox::format_bytes(c.size));
     println!("  uploaded: {}", time_text(c.uploaded_at_ms));
     println!("  active:   {}", if c.active { "yes" } else { "no" });
+    if c.canary_percent > 0 {
+        println!(
+            "  canary:   takes {}% of its deployment's tasks",
+            c.canary_percent
+        );
+    }
     print_held(&c);
     for (k, v) in &c.labels {
         println!("  label:    {k}={v}");
@@ -506,6 +548,7 @@ fn component_json(c: &proto::Component) -> Value {
         "unsupported": c.unsupported,
         "outbound_http": c.outbound_http,
         "held": c.held,
+        "canary_percent": c.canary_percent,
     })
 }
 

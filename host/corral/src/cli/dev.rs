@@ -361,6 +361,7 @@ async fn deploy_file(
         config: Default::default(),
         reuse: Default::default(),
         inactive: false,
+        canary: None,
         pulled: None,
     };
     let (view, _) = catalog.upload(TENANT, version, staged).await?;

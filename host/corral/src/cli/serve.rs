@@ -231,6 +231,7 @@ pub async fn run(
             .start(shutdown.clone(), FIRST_FOLLOW_CHECKS)
             .await;
     }
+    tokio::spawn(catalog.clone().run_canaries(shutdown.clone()));
     let idle = config.host.idle_memory_release;
     tokio::spawn(every(
         (idle / 4).max(Duration::from_millis(100)),
@@ -368,7 +369,11 @@ pub async fn run(
             permits.clone(),
             tenants,
             config.host.metrics_token_sha256,
-            follower.clone(),
+            // The control plane's lines: followed tags and canaries.
+            Arc::new({
+                let (follower, catalog) = (follower.clone(), catalog.clone());
+                move || follower.render() + &catalog.render_canaries()
+            }),
             endpoints.clone(),
         )
         .await?;

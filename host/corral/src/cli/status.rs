@@ -43,6 +43,15 @@ pub async fn status(args: ConnOnly) -> ExitCode {
                         "last_error": f.last_error,
                         "held": f.held,
                     })).collect::<Vec<_>>(),
+                    "canaries": t.canaries.iter().map(|c| json!({
+                        "deployment": c.deployment,
+                        "candidate": c.candidate,
+                        "percent": c.percent,
+                        "step": c.step,
+                        "steps": c.steps,
+                        "active_outcomes": c.active_outcomes.iter().collect::<std::collections::BTreeMap<_, _>>(),
+                        "candidate_outcomes": c.candidate_outcomes.iter().collect::<std::collections::BTreeMap<_, _>>(),
+                    })).collect::<Vec<_>>(),
                     "held": t.held.iter().map(|h| json!({
                         "deployment": h.deployment,
                         "digest": h.digest,
@@ -101,6 +110,27 @@ pub async fn status(args: ConnOnly) -> ExitCode {
         let active: std::collections::BTreeMap<_, _> = t.active.iter().collect();
         for (deployment, digest) in active {
             println!("  {deployment}: active {digest}");
+        }
+        for c in &t.canaries {
+            let outcomes = |m: &std::collections::HashMap<String, u64>| {
+                let mut all: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                all.sort();
+                if all.is_empty() {
+                    "none yet".to_owned()
+                } else {
+                    all.join(" ")
+                }
+            };
+            println!(
+                "  {}: canary {} at {}% (step {} of {}); candidate: {}; active: {}",
+                c.deployment,
+                c.candidate,
+                c.percent,
+                c.step + 1,
+                c.steps,
+                outcomes(&c.candidate_outcomes),
+                outcomes(&c.active_outcomes)
+            );
         }
         for h in &t.held {
             println!(

@@ -12,7 +12,7 @@ use super::host::HostConfig;
 use super::source::{ComponentSource, RawCredential, credentials, follows};
 use super::values::{bytes, duration, positive, size, token_hash};
 use super::{ConfigError, invalid};
-use crate::control::rollout::Rollout;
+use crate::control::rollout::{Ramp, Rollout};
 use crate::oci::{Credential, RepositoryPrefix};
 use crate::token::TokenHash;
 use corral_core::name::Name;
@@ -106,6 +106,27 @@ pub(super) struct RawTenant {
 struct RawRollout {
     #[serde(default)]
     hold: Vec<String>,
+    canary: Option<RawCanary>,
+}
+
+/// `canary = { steps = [10, 50], every = "5m", margin = 5, min_tasks = 20 }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCanary {
+    steps: Vec<u32>,
+    every: String,
+    #[serde(default = "default_margin")]
+    margin: u32,
+    #[serde(default = "default_min_tasks")]
+    min_tasks: u32,
+}
+
+fn default_margin() -> u32 {
+    crate::control::rollout::DEFAULT_MARGIN
+}
+
+fn default_min_tasks() -> u32 {
+    crate::control::rollout::DEFAULT_MIN_TASKS
 }
 
 #[derive(Deserialize)]
@@ -307,12 +328,23 @@ pub(super) fn parse(
         )?,
         aliases: t.aliases.clone(),
         quota,
-        rollout: t
-            .rollout
-            .as_ref()
-            .map(|r| Rollout::new(&r.hold))
-            .transpose()
-            .map_err(|e| invalid(key("rollout.hold"), e))?
-            .unwrap_or_default(),
+        rollout: match &t.rollout {
+            None => Rollout::default(),
+            Some(r) => {
+                let mut rollout =
+                    Rollout::new(&r.hold).map_err(|e| invalid(key("rollout.hold"), e))?;
+                rollout.canary = r
+                    .canary
+                    .as_ref()
+                    .map(|c| {
+                        let every = parse_duration(&c.every)
+                            .map_err(|e| invalid(key("rollout.canary.every"), e))?;
+                        Ramp::new(c.steps.clone(), every, c.margin, c.min_tasks)
+                            .map_err(|e| invalid(key("rollout.canary"), e))
+                    })
+                    .transpose()?;
+                rollout
+            }
+        },
     })
 }

@@ -2,6 +2,7 @@
 //! counters and the permits.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -9,9 +10,11 @@ use tokio_stream::StreamExt as _;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::auth::{Auth, Principal};
+use super::catalog::canary::outcomes;
 use super::catalog::{Catalog, ControlError, NewVersion, Refusal};
 use super::follow::{FollowState, Follower};
 use super::proto::{self, admin_server::Admin, run_response, upload_request};
+use super::rollout::Ramp;
 use super::shapes::failure_to_proto;
 pub use super::shapes::{changes_to_proto, outbound_http, to_proto};
 use super::store::StoredReuse;
@@ -270,6 +273,18 @@ impl Admin for AdminService {
                     .map_err(|e| status(e.into()))?,
                 },
                 inactive: header.inactive,
+                canary: header
+                    .canary
+                    .map(|c| {
+                        Ramp::new(
+                            c.steps_percent,
+                            Duration::from_millis(c.every_ms),
+                            c.margin_percent,
+                            c.min_tasks,
+                        )
+                    })
+                    .transpose()
+                    .map_err(|e| status(e.into()))?,
                 pulled,
             };
             let (view, uploaded) = self
@@ -411,6 +426,29 @@ impl Admin for AdminService {
                     .unwrap_or_default();
                 let reuse = spec.ok().and_then(|spec| spec.tenant.reuse);
                 let cpu = metrics.cpu(&name);
+                let canaries = self
+                    .catalog
+                    .canaries(&name)
+                    .into_iter()
+                    .map(|c| {
+                        let (active, candidate) = c.split.counts();
+                        let by_outcome = |counts| {
+                            outcomes(&counts)
+                                .into_iter()
+                                .map(|(o, n)| (o.to_owned(), n))
+                                .collect()
+                        };
+                        proto::CanaryStatus {
+                            deployment: c.deployment,
+                            candidate: c.candidate,
+                            percent: c.percent,
+                            step: saturate(c.step),
+                            steps: saturate(c.steps),
+                            active_outcomes: by_outcome(active),
+                            candidate_outcomes: by_outcome(candidate),
+                        }
+                    })
+                    .collect();
                 let following = self
                     .follower
                     .states(&name)
@@ -420,6 +458,7 @@ impl Admin for AdminService {
                 proto::TenantStatus {
                     active,
                     held,
+                    canaries,
                     cpu_weight: share.weight.get(),
                     cpu_max: share.max.map_or(0.0, |max| max.cores()),
                     cpu_seconds: cpu.used.as_secs_f64(),

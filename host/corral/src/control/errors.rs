@@ -25,6 +25,8 @@ pub enum ControlError {
     Metadata(#[from] MetadataError),
     #[error("the deployment's reuse: {0}")]
     Reuse(#[from] corral_core::sandbox::ReuseError),
+    #[error("the canary's {0}")]
+    Canary(#[from] crate::control::rollout::RampError),
     #[error("these bytes are already stored as {digest} of deployment `{stored}`, not `{asked}`")]
     StoredAsAnother {
         digest: String,
@@ -107,6 +109,7 @@ impl ControlError {
             ControlError::DeploymentName(_)
             | ControlError::Metadata(_)
             | ControlError::Reuse(_)
+            | ControlError::Canary(_)
             | ControlError::StoredAsAnother { .. }
             | ControlError::Load(_) => InvalidArgument,
             ControlError::RemovingActive { .. }

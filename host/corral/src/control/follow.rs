@@ -219,6 +219,7 @@ impl Follower {
             config: BTreeMap::new(),
             reuse: Default::default(),
             inactive: false,
+            canary: None,
             pulled: Some(Source {
                 reference: reference.to_string(),
                 manifest: pulled.manifest_digest,

@@ -16,8 +16,12 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
-use corral_core::sandbox::{Capabilities, ChangeReport};
+use serde::{Deserialize, Serialize};
+
+use corral_core::sandbox::{Capabilities, ChangeReport, FailureClass};
+use corral_core::session::Counts;
 use corral_core::shown::shown;
 
 /// A change that holds a version for approval.
@@ -73,6 +77,149 @@ impl FromStr for HoldOn {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rollout {
     hold: BTreeSet<HoldOn>,
+    /// How its new versions ramp up, when they do.
+    pub canary: Option<Ramp>,
+}
+
+/// A canary's ramp: the candidate takes `steps` percent of its deployment's
+/// tasks in turn, each for `every`, then serves them all. It is rolled back
+/// when, after `min_tasks` of its own, its rate of any failure class is
+/// more than `margin` percentage points over the active version's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ramp {
+    steps: Vec<u32>,
+    every_ms: u64,
+    margin: u32,
+    min_tasks: u32,
+}
+
+/// A ramp out of its bounds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RampError {
+    #[error(
+        "steps: 1 to {MAX_STEPS} percentages from 1 to 99, each over the one before; got {0:?}"
+    )]
+    Steps(Vec<u32>),
+    #[error("every: from 1s to 24h, got {0:?}")]
+    Every(Duration),
+    #[error("margin: percentage points from 0 to 100, got {0}")]
+    Margin(u32),
+    #[error("min_tasks: from 1 to 1000000, got {0}")]
+    MinTasks(u32),
+    #[error("`{}` is not a ramp: write percentages and a step's time, e.g. `10,50/5m`", shown(.0, 64))]
+    Text(String),
+}
+
+const MAX_STEPS: usize = 10;
+/// A canary's margin when none is given: percentage points.
+pub const DEFAULT_MARGIN: u32 = 5;
+/// The candidate's tasks before a canary may be rolled back, by default.
+pub const DEFAULT_MIN_TASKS: u32 = 20;
+
+impl Ramp {
+    pub fn new(
+        steps: Vec<u32>,
+        every: Duration,
+        margin: u32,
+        min_tasks: u32,
+    ) -> Result<Ramp, RampError> {
+        let rising = steps.windows(2).all(|w| w[0] < w[1]);
+        if steps.is_empty()
+            || steps.len() > MAX_STEPS
+            || !rising
+            || steps.iter().any(|s| !(1..=99).contains(s))
+        {
+            return Err(RampError::Steps(steps));
+        }
+        if every < Duration::from_secs(1) || every > Duration::from_secs(24 * 3600) {
+            return Err(RampError::Every(every));
+        }
+        if margin > 100 {
+            return Err(RampError::Margin(margin));
+        }
+        if !(1..=1_000_000).contains(&min_tasks) {
+            return Err(RampError::MinTasks(min_tasks));
+        }
+        Ok(Ramp {
+            steps,
+            every_ms: u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
+            margin,
+            min_tasks,
+        })
+    }
+
+    /// `10,50/5m`: the steps and their time, with the default margin and
+    /// minimum of tasks.
+    pub fn parse(text: &str) -> Result<Ramp, RampError> {
+        let bad = || RampError::Text(text.to_owned());
+        let (steps, every) = text.split_once('/').ok_or_else(bad)?;
+        let steps = steps
+            .split(',')
+            .map(|s| s.trim().trim_end_matches('%').parse::<u32>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| bad())?;
+        let every = corral_core::sandbox::parse_duration(every.trim()).map_err(|_| bad())?;
+        Ramp::new(steps, every, DEFAULT_MARGIN, DEFAULT_MIN_TASKS)
+    }
+
+    /// The same ramp with another margin and minimum of tasks.
+    pub fn with_rollback(self, margin: u32, min_tasks: u32) -> Result<Ramp, RampError> {
+        let every = self.every();
+        Ramp::new(self.steps, every, margin, min_tasks)
+    }
+
+    /// Checked again, as read back from the store.
+    pub fn checked(self) -> Result<Ramp, RampError> {
+        let every = self.every();
+        Ramp::new(self.steps, every, self.margin, self.min_tasks)
+    }
+
+    pub fn steps(&self) -> &[u32] {
+        &self.steps
+    }
+
+    pub fn every(&self) -> Duration {
+        Duration::from_millis(self.every_ms)
+    }
+
+    pub fn margin(&self) -> u32 {
+        self.margin
+    }
+
+    pub fn min_tasks(&self) -> u32 {
+        self.min_tasks
+    }
+
+    /// Why a canary whose sides finished these tasks must be rolled back:
+    /// once the candidate has `min_tasks`, the first failure class whose
+    /// rate on it is more than `margin` points over the active version's.
+    pub fn rollback(&self, active: &Counts, candidate: &Counts) -> Option<String> {
+        let n = candidate.tasks();
+        if n < u64::from(self.min_tasks) {
+            return None;
+        }
+        let na = active.tasks();
+        let (n128, na128) = (u128::from(n), u128::from(na.max(1)));
+        FailureClass::ALL.into_iter().find_map(|class| {
+            let (k, ka) = (candidate.of(class), active.of(class));
+            // k/n > ka/na + margin/100, in whole numbers (ka is 0 when na is).
+            let over = 100 * u128::from(k) * na128
+                > 100 * u128::from(ka) * n128 + u128::from(self.margin) * n128 * na128;
+            over.then(|| {
+                format!(
+                    "{}: {k} of {n} tasks ({}%) on the candidate against {ka} of {na} ({}%) on the active version, over the margin of {} points",
+                    class.as_str(),
+                    percent(k, n),
+                    percent(ka, na),
+                    self.margin
+                )
+            })
+        })
+    }
+}
+
+fn percent(part: u64, whole: u64) -> u64 {
+    part.saturating_mul(100).checked_div(whole).unwrap_or(0)
 }
 
 /// At most this many names are listed in one reason; the rest are counted.
@@ -87,7 +234,7 @@ impl Rollout {
             .iter()
             .map(|w| w.as_ref().parse())
             .collect::<Result<_, _>>()?;
-        Ok(Rollout { hold })
+        Ok(Rollout { hold, canary: None })
     }
 
     /// What it holds on, in order.
@@ -280,6 +427,66 @@ mod tests {
                 "breaks callers: removes demo:x/api.t0\\n, removes demo:x/api.t1\\n, removes demo:x/api.t2\\n, removes demo:x/api.t3\\n, removes demo:x/api.t4\\n and 3 more"
             ]
         );
+    }
+
+    #[test]
+    fn a_ramp_is_rising_percentages_a_step_time_and_rollback_bounds() {
+        let ramp = Ramp::parse("10,50/5m").unwrap();
+        assert_eq!(ramp.steps(), [10, 50]);
+        assert_eq!(ramp.every(), Duration::from_secs(300));
+        assert_eq!((ramp.margin(), ramp.min_tasks()), (5, 20));
+        assert_eq!(Ramp::parse("10%, 25% / 30s").unwrap().steps(), [10, 25]);
+        for (text, said) in [
+            (
+                "50,10/5m",
+                "steps: 1 to 10 percentages from 1 to 99, each over the one before; got [50, 10]",
+            ),
+            ("100/5m", "got [100]"),
+            ("10/0s", "every: from 1s to 24h, got 0ns"),
+            (
+                "10",
+                "`10` is not a ramp: write percentages and a step's time, e.g. `10,50/5m`",
+            ),
+            ("ten/5m", "`ten/5m` is not a ramp"),
+        ] {
+            let e = Ramp::parse(text).map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains(said), "{text}: {e}");
+        }
+        assert_eq!(
+            ramp.clone().with_rollback(101, 1).unwrap_err(),
+            RampError::Margin(101)
+        );
+        assert_eq!(
+            ramp.with_rollback(5, 0).unwrap_err(),
+            RampError::MinTasks(0)
+        );
+    }
+
+    #[test]
+    fn a_canary_is_rolled_back_when_a_class_s_rate_passes_the_margin_after_min_tasks() {
+        let ramp = Ramp::parse("50/1h").unwrap().with_rollback(10, 4).unwrap();
+        let counts = |completed: u64, panics: u64| {
+            let mut c = Counts {
+                completed,
+                ..Counts::default()
+            };
+            c.failed[1] = panics; // FailureClass::ALL[1] is Panic
+            c
+        };
+        assert_eq!(FailureClass::ALL[1], FailureClass::Panic);
+        // Too few of the candidate's own tasks to judge.
+        assert_eq!(ramp.rollback(&counts(3, 0), &counts(0, 3)), None);
+        assert_eq!(
+            ramp.rollback(&counts(4, 0), &counts(2, 2)).as_deref(),
+            Some(
+                "Panic: 2 of 4 tasks (50%) on the candidate against 0 of 4 (0%) on the active version, over the margin of 10 points"
+            )
+        );
+        // Within the margin of what the active version does.
+        assert_eq!(ramp.rollback(&counts(6, 4), &counts(5, 5)), None);
+        assert_eq!(ramp.rollback(&counts(20, 0), &counts(19, 1)), None);
+        // No active task yet: its rate is 0.
+        assert!(ramp.rollback(&counts(0, 0), &counts(3, 1)).is_some());
     }
 
     #[test]

@@ -17,7 +17,6 @@ use tonic::service::interceptor::InterceptedService;
 
 use super::api::AdminService;
 use super::auth::Principal;
-use super::follow::Follower;
 use super::gate::{Caller, ConnectionInfo, Gate, GateLimits, Strangers};
 use super::proto::admin_server::AdminServer;
 use crate::config::TlsFiles;
@@ -154,14 +153,15 @@ pub async fn admin(
 }
 
 /// Serves `GET /metrics` until `shutdown`; with `token_sha256`, only to
-/// requests bearing that token.
+/// requests bearing that token. `control` adds the control plane's lines
+/// (followed tags, canaries) to each scrape.
 pub async fn metrics(
     address: SocketAddr,
     metrics: Arc<Metrics>,
     permits: Permits,
     tenants: Vec<String>,
     token_sha256: Option<TokenHash>,
-    follower: Arc<Follower>,
+    control: Arc<dyn Fn() -> String + Send + Sync>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(address)
@@ -178,7 +178,7 @@ pub async fn metrics(
             let metrics = metrics.clone();
             let permits = permits.clone();
             let tenants = tenants.clone();
-            let follower = follower.clone();
+            let control = control.clone();
             let service = hyper::service::service_fn(
                 move |request: hyper::Request<hyper::body::Incoming>| {
                     let response = if request.method() != Method::GET
@@ -194,9 +194,7 @@ pub async fn metrics(
                         let gauges = gauges(&permits, &tenants);
                         Response::builder()
                             .header("content-type", "text/plain; version=0.0.4")
-                            .body(Full::new(Bytes::from(
-                                metrics.render(&gauges) + &follower.render(),
-                            )))
+                            .body(Full::new(Bytes::from(metrics.render(&gauges) + &control())))
                     };
                     async move { Ok::<_, Infallible>(response.unwrap_or_default()) }
                 },

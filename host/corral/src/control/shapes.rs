@@ -53,6 +53,7 @@ pub fn to_proto(view: &VersionView) -> proto::Component {
             idle_ms: r.idle_ms,
         }),
         held: v.held.clone(),
+        canary_percent: view.canary.unwrap_or(0),
     }
 }
 

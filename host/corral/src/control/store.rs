@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::rollout::Ramp;
+
 use corral_core::sandbox::{DeploymentReuse, Reuse, ReuseError};
 
 use super::metadata::Pulled;
@@ -122,6 +124,22 @@ pub struct TenantIndex {
     pub versions: Vec<Version>,
     #[serde(default)]
     pub active: BTreeMap<String, String>,
+    /// Per deployment, a candidate taking a share of its tasks.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub canaries: BTreeMap<String, StoredCanary>,
+}
+
+/// A canary as stored: where its ramp stands. The ramp is checked again
+/// when read back ([`Ramp::checked`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredCanary {
+    /// The candidate's digest.
+    pub candidate: String,
+    pub ramp: Ramp,
+    /// The step of the ramp it is at.
+    pub step: usize,
+    /// When that step began (milliseconds since the Unix epoch).
+    pub step_started_ms: i64,
 }
 
 impl TenantIndex {
@@ -135,6 +153,24 @@ impl TenantIndex {
 
     pub fn is_active(&self, version: &Version) -> bool {
         self.active.get(&version.name) == Some(&version.digest)
+    }
+
+    /// The percent of its deployment's tasks `digest` takes as a canary.
+    pub fn canary_percent(&self, digest: &str) -> Option<u32> {
+        self.canaries
+            .values()
+            .find(|c| c.candidate == digest)
+            .and_then(|c| c.ramp.steps().get(c.step).copied())
+    }
+
+    /// The canary of `deployment`, with its candidate's version.
+    pub fn canary_of(&self, deployment: &str) -> Option<(&StoredCanary, &Version)> {
+        let canary = self.canaries.get(deployment)?;
+        let candidate = self
+            .versions
+            .iter()
+            .find(|v| v.digest == canary.candidate)?;
+        Some((canary, candidate))
     }
 
     /// The version whose digest is `digest`, or whose hex starts with it (at

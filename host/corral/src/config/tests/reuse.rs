@@ -70,12 +70,33 @@ fn rollout_holds_nothing_unless_a_tenant_sets_it_and_a_bad_word_is_named() {
         set.tenants[0].rollout.holds_on().collect::<Vec<_>>(),
         [HoldOn::Breaking, HoldOn::NewImports]
     );
+    assert_eq!(set.tenants[0].rollout.canary, None);
+    let ramped =
+        parse("rollout = { canary = { steps = [10, 50], every = \"5m\", min_tasks = 40 } }")
+            .unwrap();
+    let ramp = ramped.tenants[0].rollout.canary.clone().unwrap();
+    assert_eq!(
+        (ramp.steps(), ramp.every(), ramp.margin(), ramp.min_tasks()),
+        (&[10, 50][..], Duration::from_secs(300), 5, 40)
+    );
     for (setting, problem) in [
         (
             "rollout = { hold = [\"breaking\", \"risky\"] }",
             "`acme`).rollout.hold: `risky` is not a change a roll-out can hold on: use every, breaking, new-imports or beyond-grants",
         ),
         ("rollout = { hold = \"breaking\" }", "expected a sequence"),
+        (
+            "rollout = { canary = { steps = [50, 10], every = \"5m\" } }",
+            "`acme`).rollout.canary: steps: 1 to 10 percentages from 1 to 99, each over the one before; got [50, 10]",
+        ),
+        (
+            "rollout = { canary = { steps = [10], every = \"soon\" } }",
+            "`acme`).rollout.canary.every:",
+        ),
+        (
+            "rollout = { canary = { steps = [10], every = \"1m\", margin = 101 } }",
+            "`acme`).rollout.canary: margin: percentage points from 0 to 100, got 101",
+        ),
         ("rollout = { gate = [] }", "unknown field `gate`"),
     ] {
         let said = parse(setting).unwrap_err().to_string();

@@ -37,7 +37,11 @@ impl Catalog {
         let mut state = self.state.lock().await;
         let (mut tenant_index, mut version) = state.version(tenant, digest)?;
         if !approved && !version.served && !tenant_index.is_active(&version) {
-            let held = self.gate(&mut state, spec, &tenant_index, &version).await?;
+            let held = if version.held.is_empty() {
+                self.gate(&mut state, spec, &tenant_index, &version).await?
+            } else {
+                version.held.clone()
+            };
             if !held.is_empty() {
                 version.held.clone_from(&held);
                 replace(&mut tenant_index, &version);
@@ -58,6 +62,9 @@ impl Catalog {
             .active
             .insert(version.name.clone(), version.digest.clone())
             .filter(|p| *p != version.digest);
+        // An activation ends the deployment's canary: it promotes the
+        // candidate, or chooses another version over it.
+        tenant_index.canaries.remove(&version.name);
         self.commit(&mut state, spec, tenant_index).await?;
         self.metrics.activation(tenant);
         tracing::info!(tenant, digest = %version.digest, deployment = %version.name, previous = ?previous, approved, was_held, "activated");
@@ -69,6 +76,7 @@ impl Catalog {
                 active: true,
                 component,
                 http_hosts: spec.http_hosts(),
+                canary: None,
             },
             previous,
         ))

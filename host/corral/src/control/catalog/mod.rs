@@ -5,29 +5,30 @@
 //! then swapped into the registry, so a rejected change leaves everything as
 //! it was.
 
-use corral_core::name::Name;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 mod activate;
+pub mod canary;
 mod seed;
+mod upload;
 
 use sha2::{Digest, Sha256};
 
 pub use super::errors::{CatalogError, ControlError, Refusal};
 use super::metadata::{self, Pulled};
-use super::rollout::{Rollout, beyond_grants};
-use super::store::{Index, Store, StoredReuse, TenantIndex, Version};
+use super::rollout::{Ramp, Rollout, beyond_grants};
+use super::store::{Index, Store, StoredCanary, StoredReuse, TenantIndex, Version};
 use crate::config::Quota;
 use crate::oci::{Credential, RepositoryPrefix};
-use crate::staging::{StagedComponent, Staging};
+use crate::staging::Staging;
 use corral_core::metrics::Metrics;
 use corral_core::sandbox::{
     ChangeReport, CompileError, DeploymentReuse, LoadError, LoadedComponent, PreparedTenant,
     Sandbox,
 };
-use corral_core::session::{Deployment, Registry};
+use corral_core::session::{Deployment, Registry, Split};
 
 /// A tenant as configured: its policy and its configuration-wide aliases.
 #[derive(Debug, Clone)]
@@ -69,6 +70,8 @@ pub struct NewVersion {
     pub reuse: DeploymentReuse,
     /// Store without activating.
     pub inactive: bool,
+    /// Ramp up as a canary (over the tenant's rollout's).
+    pub canary: Option<Ramp>,
     /// Where the host pulled it from: set by the host only.
     pub pulled: Option<Pulled>,
 }
@@ -96,12 +99,16 @@ pub struct VersionView {
     pub component: Option<Arc<LoadedComponent>>,
     /// The hosts the tenant may call over outbound HTTP.
     pub http_hosts: Vec<String>,
+    /// The percent of its deployment's tasks it takes as a canary.
+    pub canary: Option<u32>,
 }
 
 struct State {
     index: Index,
     /// Loaded components by digest.
     loaded: HashMap<String, Arc<LoadedComponent>>,
+    /// (Tenant, deployment) → its canary's candidate and split.
+    splits: HashMap<(String, String), (String, Arc<Split>)>,
 }
 
 impl State {
@@ -126,6 +133,8 @@ pub struct Catalog {
     /// Compiles at once (`host.max_compiles`): each takes a core and memory
     /// in proportion to the component, and serving goes on beside them.
     compiles: tokio::sync::Semaphore,
+    /// The canaries serving now, for `/metrics` (read without the state).
+    canaries: std::sync::Mutex<Vec<canary::Live>>,
 }
 
 impl Catalog {
@@ -166,7 +175,9 @@ impl Catalog {
             state: tokio::sync::Mutex::new(State {
                 index,
                 loaded: HashMap::new(),
+                splits: HashMap::new(),
             }),
+            canaries: Default::default(),
             compiles: tokio::sync::Semaphore::new(max_compiles.max(1)),
         };
         {
@@ -212,149 +223,6 @@ impl Catalog {
             .ok_or_else(|| ControlError::UnknownTenant(tenant.to_owned()))
     }
 
-    /// Validates, compiles, stores and (unless asked not to) activates a
-    /// staged component. Returns the version, whether it was already
-    /// stored, and what it changes against the active one.
-    pub async fn upload(
-        &self,
-        tenant: &str,
-        new: NewVersion,
-        component: StagedComponent,
-    ) -> Result<(VersionView, Uploaded), ControlError> {
-        let spec = self.spec(tenant)?;
-        Name::new(new.name.as_str()).map_err(ControlError::DeploymentName)?;
-        metadata::check(&new.labels, &new.aliases, &new.config)?;
-        let digest = component.digest.clone();
-        let mut candidate = Version {
-            name: new.name.clone(),
-            digest: digest.clone(),
-            size: component.size,
-            uploaded_at_ms: now_ms(),
-            aliases: new.aliases.clone(),
-            labels: new.labels.clone(),
-            from_config: false,
-            config: new.config.clone(),
-            compiled: 0,
-            pulled: new.pulled.clone(),
-            reuse: StoredReuse::of(new.reuse),
-            held: Vec::new(),
-            served: false,
-        };
-        // Refused before compiling, and again (with the compiled size, and
-        // the index may have changed meanwhile) before anything is written.
-        self.admit(&*self.state.lock().await, spec, &candidate)?;
-        let loaded = match self.load(component.path(), &digest).await {
-            Ok(loaded) => loaded,
-            Err(e) => {
-                // Compiled and cached before a later check refused it.
-                self.store
-                    .forget_bytes(&digest, &self.state.lock().await.index);
-                return Err(e);
-            }
-        };
-        candidate.compiled = self.sandbox.compiled_size(&digest).unwrap_or(0);
-        let mut state = self.state.lock().await;
-        let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
-        let existing = tenant_index
-            .versions
-            .iter()
-            .find(|v| v.digest == digest)
-            .cloned();
-        let already_stored = existing.is_some();
-        let mut version = match existing {
-            Some(v) if v.name != new.name => {
-                return Err(ControlError::StoredAsAnother {
-                    digest,
-                    stored: v.name,
-                    asked: new.name,
-                });
-            }
-            Some(mut v) => {
-                // The same bytes, deployed with other settings: the
-                // settings are the version's, so they change with it.
-                v.config = new.config.clone();
-                v.reuse = StoredReuse::of(new.reuse);
-                v
-            }
-            None => candidate,
-        };
-        if let Err(e) = self.admit(&state, spec, &version) {
-            if !already_stored {
-                self.store.forget_bytes(&digest, &state.index);
-            }
-            return Err(e);
-        }
-        let changes = tenant_index
-            .active
-            .get(&version.name)
-            .filter(|active| **active != digest)
-            .and_then(|active| {
-                let before = state.loaded.get(active)?;
-                Some((active.clone(), ChangeReport::between(before, &loaded)))
-            });
-        let beyond_grants = beyond_grants(&loaded.imports, &spec.tenant.capabilities);
-        // The gate: a version that never served its deployment activates
-        // by itself only when the tenant's roll-out lets it.
-        if !new.inactive && !version.served && !tenant_index.is_active(&version) {
-            version.held = spec
-                .rollout
-                .reasons(changes.as_ref().map(|(_, r)| r), &beyond_grants);
-        }
-        let activate = !new.inactive && version.held.is_empty();
-        version.served |= activate;
-        match tenant_index
-            .versions
-            .iter_mut()
-            .find(|s| s.digest == digest)
-        {
-            Some(stored) => *stored = version.clone(),
-            None => tenant_index.versions.push(version.clone()),
-        }
-        if activate {
-            tenant_index
-                .active
-                .insert(version.name.clone(), digest.clone());
-        }
-        state.loaded.insert(digest.clone(), loaded.clone());
-        let stored = self
-            .store
-            .put_staged(component)
-            .map_err(|e| ControlError::host("storing the component", e));
-        if let Err(e) = match stored {
-            Ok(()) => self.commit(&mut state, spec, tenant_index).await,
-            Err(e) => Err(e),
-        } {
-            // A rejected upload stores nothing.
-            if !already_stored {
-                self.store.forget_bytes(&digest, &state.index);
-                state.loaded.remove(&digest);
-            }
-            return Err(e);
-        }
-        if activate {
-            self.metrics.activation(tenant);
-        }
-        if version.held.is_empty() {
-            tracing::info!(tenant, digest = %digest, deployment = %version.name, active = activate, "stored");
-        } else {
-            tracing::warn!(tenant, digest = %digest, deployment = %version.name, held = %version.held.join("; "), "stored, held for an operator's approval by the tenant's rollout");
-        }
-        Ok((
-            VersionView {
-                tenant: tenant.to_owned(),
-                version,
-                active: activate,
-                component: Some(loaded),
-                http_hosts: spec.http_hosts(),
-            },
-            Uploaded {
-                already_stored,
-                changes,
-                beyond_grants,
-            },
-        ))
-    }
-
     /// Deletes a stored version; the active one only with `force`, which
     /// stops serving its deployment.
     pub async fn remove(
@@ -375,7 +243,11 @@ impl Catalog {
         }
         if active {
             tenant_index.active.remove(&version.name);
+            tenant_index.canaries.remove(&version.name);
         }
+        tenant_index
+            .canaries
+            .retain(|_, c| c.candidate != version.digest);
         tenant_index.versions.retain(|v| v.digest != version.digest);
         self.commit(&mut state, spec, tenant_index).await?;
         self.store.forget_bytes(&version.digest, &state.index);
@@ -387,6 +259,7 @@ impl Catalog {
             active,
             component: None,
             http_hosts: spec.http_hosts(),
+            canary: None,
         })
     }
 
@@ -404,6 +277,7 @@ impl Catalog {
                 active: tenant_index.is_active(v),
                 component: state.loaded.get(&v.digest).cloned(),
                 http_hosts: spec.http_hosts(),
+                canary: tenant_index.canary_percent(&v.digest),
             })
             .collect();
         views.sort_by_key(|v| std::cmp::Reverse(v.version.uploaded_at_ms));
@@ -419,6 +293,7 @@ impl Catalog {
         Ok(VersionView {
             tenant: tenant.to_owned(),
             active: tenant_index.is_active(&version),
+            canary: tenant_index.canary_percent(&version.digest),
             version,
             component: Some(component),
             http_hosts: spec.http_hosts(),
@@ -451,10 +326,26 @@ impl Catalog {
         let name = &spec.tenant.name;
         let mut deployments = Vec::new();
         for version in tenant_index.active_versions() {
+            let canary = match tenant_index.canary_of(&version.name) {
+                Some((canary, candidate)) => {
+                    // As read back from the index, checked again.
+                    canary.ramp.clone().checked()?;
+                    let split = state.split(name, &version.name, canary);
+                    let candidate = Deployment {
+                        component: self.loaded(state, &candidate.digest).await?,
+                        config: candidate.config.clone().into_iter().collect(),
+                        reuse: candidate.deployment_reuse()?,
+                        canary: None,
+                    };
+                    Some((Box::new(candidate), split))
+                }
+                None => None,
+            };
             deployments.push(Deployment {
                 component: self.loaded(state, &version.digest).await?,
                 config: version.config.clone().into_iter().collect(),
                 reuse: version.deployment_reuse()?,
+                canary,
             });
         }
         let aliases = aliases(spec, &tenant_index);
@@ -477,9 +368,15 @@ impl Catalog {
             .index
             .tenants
             .values()
-            .flat_map(|t| t.active.values().cloned())
+            .flat_map(|t| {
+                t.active
+                    .values()
+                    .chain(t.canaries.values().map(|c| &c.candidate))
+                    .cloned()
+            })
             .collect();
         state.loaded.retain(|digest, _| active.contains(digest));
+        self.canaries_changed(state);
         Ok(())
     }
 
