@@ -56,6 +56,8 @@ fn a_canary_takes_its_share_of_the_tasks_and_is_promoted_on_schedule() {
         &path(&example("v2/versioned")),
         "--canary",
         "50/3s",
+        "--canary-min-tasks",
+        "2",
         "--json",
     ]);
     assert_eq!(v2["active"], false, "{v2}");
@@ -172,9 +174,13 @@ fn a_canary_that_fails_more_is_rolled_back_by_itself_and_nothing_in_flight_is_lo
         scrape.contains("corral_canary_rollbacks_total{tenant=\"alpha\"} 1"),
         "{scrape}"
     );
-    let again = host.cli(
-        &host.tokens[0].token,
-        &["activate", v3["digest"].as_str().unwrap()],
-    );
+    let digest = v3["digest"].as_str().unwrap();
+    let again = host.cli(&host.tokens[0].token, &["activate", digest]);
     assert!(!again.status.success(), "{}", text(&again));
+    // Removed and deployed again, the same bytes are held again.
+    host.alpha(&["rm", digest, "--json"]);
+    let redeployed = host.alpha(&["deploy", &path(&example("v3/versioned")), "--json"]);
+    assert_eq!(redeployed["active"], false, "{redeployed}");
+    assert_eq!(redeployed["held"][0], reason, "{redeployed}");
+    assert_eq!(tally(&answers(&host, 2)), BTreeMap::from([("v1", 2)]));
 }

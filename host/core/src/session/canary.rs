@@ -1,7 +1,8 @@
 //! A canary: a candidate version of a deployment takes a share of its
 //! tasks while the active version takes the rest, and each side's outcomes
 //! are counted by class, so the control plane can ramp the share up or
-//! roll the candidate back. A task takes its side when it is routed, so a
+//! roll the candidate back. Each activity type takes its share on its own
+//! (a workflow calling A then B at 50 % runs both on both sides). A task takes its side when it is routed, so a
 //! change of share or a roll-back never moves a task that is running.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -84,12 +85,14 @@ impl Tally {
 pub struct Split {
     /// Parts per thousand to the candidate.
     share: AtomicU32,
-    /// Tasks routed so far: the split is exact over any run of tasks, not
-    /// drawn at random.
-    routed: AtomicU64,
     active: Tally,
     candidate: Tally,
 }
+
+/// One activity type's tasks routed so far under a split: the split is
+/// exact over any run of a type's tasks, not drawn at random.
+#[derive(Debug, Default)]
+pub struct Routed(AtomicU64);
 
 impl Split {
     /// A split sending `share` parts per thousand (at most [`WHOLE`]) of
@@ -97,7 +100,6 @@ impl Split {
     pub fn new(share: u32) -> Split {
         Split {
             share: AtomicU32::new(share.min(WHOLE)),
-            routed: AtomicU64::new(0),
             active: Tally::default(),
             candidate: Tally::default(),
         }
@@ -112,10 +114,11 @@ impl Split {
         self.share.store(share.min(WHOLE), Ordering::Relaxed);
     }
 
-    /// The side the next task runs on: the candidate whenever its share of
-    /// the tasks routed so far, rounded down, grows by this one.
-    pub fn take(&self) -> Side {
-        let n = self.routed.fetch_add(1, Ordering::Relaxed);
+    /// The side the next task of a type runs on: the candidate whenever
+    /// its share of that type's tasks routed so far, rounded down, grows by
+    /// this one.
+    pub fn take(&self, routed: &Routed) -> Side {
+        let n = routed.0.fetch_add(1, Ordering::Relaxed);
         let share = u64::from(self.share());
         if (n + 1) * share / u64::from(WHOLE) > n * share / u64::from(WHOLE) {
             Side::Candidate
@@ -147,23 +150,27 @@ mod tests {
     #[test]
     fn a_split_sends_exactly_its_share_over_any_run_of_tasks() {
         for share in [0, 1, 100, 250, 500, 999, WHOLE] {
-            let split = Split::new(share);
+            let (split, routed) = (Split::new(share), Routed::default());
             let candidate = (0..4000)
-                .filter(|_| split.take() == Side::Candidate)
+                .filter(|_| split.take(&routed) == Side::Candidate)
                 .count();
             assert_eq!(candidate as u32, share * 4, "share {share}");
         }
-        let half = Split::new(500);
-        let sides: Vec<Side> = (0..4).map(|_| half.take()).collect();
+        let (half, a, b) = (Split::new(500), Routed::default(), Routed::default());
+        // Types alternating (A, B, A, B): each still splits on its own.
+        let sides: Vec<(Side, Side)> = (0..2).map(|_| (half.take(&a), half.take(&b))).collect();
         assert_eq!(
             sides,
-            [Side::Active, Side::Candidate, Side::Active, Side::Candidate]
+            [
+                (Side::Active, Side::Active),
+                (Side::Candidate, Side::Candidate)
+            ]
         );
         // A new share holds for the tasks after it.
         half.set_share(WHOLE);
-        assert!((0..10).all(|_| half.take() == Side::Candidate));
+        assert!((0..10).all(|_| half.take(&a) == Side::Candidate));
         half.set_share(0);
-        assert!((0..10).all(|_| half.take() == Side::Active));
+        assert!((0..10).all(|_| half.take(&a) == Side::Active));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use canary::{Counts, Side, Split};
+pub use canary::{Counts, Routed, Side, Split};
 pub use permits::{HostSlot, Permit, Permits, TenantSlots, TypeAdmission, TypeSlot, Usage};
 pub use registry::{Deployment, Registry, Route, RouteError, TenantTable};
 

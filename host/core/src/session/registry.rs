@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use super::canary::{Side, Split};
+use super::canary::{Routed, Side, Split};
 use crate::sandbox::{DeploymentReuse, LoadedComponent, PreparedTenant, SecretShadows};
 
 /// Where a task goes.
@@ -28,8 +28,9 @@ pub struct Route {
 struct TenantRoutes {
     tenant: Arc<PreparedTenant>,
     routes: HashMap<String, Route>,
-    /// Full activity type name → its canary's split and candidate route.
-    canaries: HashMap<String, (Arc<Split>, Route)>,
+    /// Full activity type name → its canary's split, candidate route and
+    /// the type's count of routed tasks.
+    canaries: HashMap<String, (Arc<Split>, Route, Routed)>,
 }
 
 /// A tenant's checked routes, ready to [`Registry::install`].
@@ -209,6 +210,7 @@ impl Registry {
                             (
                                 split.clone(),
                                 candidate.route(&candidate_runs_as, &activity.name),
+                                Routed::default(),
                             ),
                         );
                     }
@@ -255,8 +257,8 @@ impl Registry {
     pub fn route(&self, tenant: &str, activity_type: &str) -> Option<Route> {
         let table = self.tenant_routes(tenant)?;
         let mut route = table.routes.get(activity_type)?.clone();
-        if let Some((split, candidate)) = table.canaries.get(&route.activity) {
-            let side = split.take();
+        if let Some((split, candidate, routed)) = table.canaries.get(&route.activity) {
+            let side = split.take(routed);
             if side == Side::Candidate {
                 route = candidate.clone();
             }

@@ -119,8 +119,16 @@ async fn execute(
     {
         Ok(args) => args,
         Err(e) => {
-            let invalid = Failure::new(FailureClass::InvalidInput, policy, e.to_string());
-            return (Err(invalid), route.activity);
+            let invalid = Err(Failure::new(
+                FailureClass::InvalidInput,
+                policy,
+                e.to_string(),
+            ));
+            // A candidate that refuses what the active version took counts.
+            if let Some((split, side)) = &route.side {
+                split.record(*side, &invalid);
+            }
+            return (invalid, route.activity);
         }
     };
     let task = Task {

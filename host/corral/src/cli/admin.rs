@@ -66,7 +66,12 @@ pub struct DeployArgs {
     /// Ramp it up as a canary over the active version: the percents of the
     /// deployment's tasks it takes in turn and each step's time (e.g.
     /// 10,50/5m), then all of them.
-    #[arg(long, value_name = "PERCENTS/EVERY", value_parser = Ramp::parse)]
+    #[arg(
+        long,
+        value_name = "PERCENTS/EVERY",
+        value_parser = Ramp::parse,
+        conflicts_with = "inactive"
+    )]
     canary: Option<Ramp>,
     /// Roll the canary back when its rate of a failure class is more than
     /// this many points over the active version's [default: 5].
@@ -442,6 +447,11 @@ pub async fn activate(args: DigestArgs, approve: bool) -> ExitCode {
         let mut value = component_json(&c);
         value["previous_digest"] = json!(response.previous_digest);
         println!("{value}");
+    } else if !c.active && c.canary_percent > 0 {
+        println!(
+            "{} of `{}` is a canary taking {}% of its deployment's tasks (the tenant's rollout ramps it up)",
+            c.digest, c.name, c.canary_percent
+        );
     } else if response.previous_digest.is_empty() {
         println!("{} of `{}` is active", c.digest, c.name);
     } else {

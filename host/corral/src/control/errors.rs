@@ -27,6 +27,10 @@ pub enum ControlError {
     Reuse(#[from] corral_core::sandbox::ReuseError),
     #[error("the canary's {0}")]
     Canary(#[from] crate::control::rollout::RampError),
+    #[error(
+        "tenant `{0}`'s rollout sets how its new versions ramp up (rollout.canary): a deploy cannot set its own canary"
+    )]
+    CanarySet(String),
     #[error("these bytes are already stored as {digest} of deployment `{stored}`, not `{asked}`")]
     StoredAsAnother {
         digest: String,
@@ -114,7 +118,8 @@ impl ControlError {
             | ControlError::Load(_) => InvalidArgument,
             ControlError::RemovingActive { .. }
             | ControlError::Routes(_)
-            | ControlError::Held { .. } => FailedPrecondition,
+            | ControlError::Held { .. }
+            | ControlError::CanarySet(_) => FailedPrecondition,
             ControlError::Quota(_) | ControlError::CompileLimit(_) => ResourceExhausted,
             ControlError::RegistryNotAllowed { .. } => PermissionDenied,
             ControlError::Pull(e) => match e {

@@ -55,6 +55,8 @@ enum ActivateError {
 enum Pulled {
     Active(String),
     Held(String),
+    /// Ramping up as its deployment's canary, at this percent.
+    Canary(String, u32),
 }
 
 /// The followed tags of every tenant, and their state.
@@ -175,6 +177,18 @@ impl Follower {
                     s.failed = None;
                 });
             }
+            Ok(Pulled::Canary(digest, percent)) => {
+                // The catalog ramps it on (status shows it as a canary).
+                tracing::info!(
+                    tenant,
+                    "following {reference}: {digest} ({wanted}) ramps up as a canary from {percent}%"
+                );
+                update(&|s| {
+                    s.held = None;
+                    s.last_error = None;
+                    s.failed = None;
+                });
+            }
             Ok(Pulled::Held(digest)) => {
                 // The catalog logged why; it waits for `corral approve`.
                 tracing::warn!(
@@ -239,10 +253,10 @@ impl Follower {
                 "followed tag: what the new version changes"
             );
         }
-        Ok(if view.active {
-            Pulled::Active(view.version.digest)
-        } else {
-            Pulled::Held(view.version.digest)
+        Ok(match (view.active, view.canary) {
+            (true, _) => Pulled::Active(view.version.digest),
+            (false, Some(percent)) => Pulled::Canary(view.version.digest, percent),
+            (false, None) => Pulled::Held(view.version.digest),
         })
     }
 

@@ -1,17 +1,20 @@
-//! Roll-out gates: what a tenant's new version may activate by itself, and
-//! what waits for an operator's `corral approve`.
+//! Roll-outs: what a tenant's new version may activate by itself, what
+//! waits for an operator's `corral approve`, and how a canary ramps up.
 //!
 //! A tenant's `rollout = { hold = [...] }` names the changes that hold a
 //! version: `breaking` (a caller of the active version breaks),
-//! `new-imports` (it imports what the active version did not),
-//! `beyond-grants` (it imports a capability the tenant is not granted) and
-//! `every` (every new version). A held version is stored, not served; it
-//! shows in `status` and `/metrics` until the operator approves it or it is
-//! removed. The gate applies to every way a version becomes active on the
-//! tenant's token: a deploy, an `activate` and a followed tag's new
-//! manifest. A version that served its deployment before (a roll-back)
-//! passes, and nothing on the operator's side (the configuration's own
-//! components, `approve`) is held.
+//! `new-imports` (it imports what nothing the tenant serves imports; the
+//! catalog passes those as the report's `imports_added`), `beyond-grants`
+//! (it imports a capability the tenant is not granted) and `every` (every
+//! new version). A held version is stored, not served; it shows in `status`
+//! and `/metrics` until the operator approves it, and stays held however
+//! the tenant asks it to serve again (removed and deployed again too). The
+//! gate applies to every way a version becomes active on the tenant's
+//! token: a deploy, an `activate` and a followed tag's new manifest. A
+//! version that served its deployment before (a roll-back) passes unless
+//! it is held, and nothing on the operator's side (the configuration's own
+//! components, `approve`) is held. `rollout.canary` (a [`Ramp`]) makes
+//! every new version a canary first.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -97,7 +100,8 @@ pub struct Ramp {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RampError {
     #[error(
-        "steps: 1 to {MAX_STEPS} percentages from 1 to 99, each over the one before; got {0:?}"
+        "steps: 1 to {MAX_STEPS} percentages from 1 to 99, each over the one before; got {}",
+        shown_steps(.0)
     )]
     Steps(Vec<u32>),
     #[error("every: from 1s to 24h, got {0:?}")]
@@ -111,6 +115,14 @@ pub enum RampError {
 }
 
 const MAX_STEPS: usize = 10;
+
+/// Steps as an error shows them: a few, and how many there were.
+fn shown_steps(steps: &[u32]) -> String {
+    if steps.len() <= MAX_STEPS {
+        return format!("{steps:?}");
+    }
+    format!("{:?}… ({} steps)", &steps[..MAX_STEPS], steps.len())
+}
 /// A canary's margin when none is given: percentage points.
 pub const DEFAULT_MARGIN: u32 = 5;
 /// The candidate's tasks before a canary may be rolled back, by default.
@@ -190,17 +202,27 @@ impl Ramp {
         self.min_tasks
     }
 
+    /// Whether the candidate has run enough tasks of its own to be judged
+    /// (rolled back, or promoted after its last step).
+    pub fn judged(&self, candidate: &Counts) -> bool {
+        candidate.tasks() >= u64::from(self.min_tasks)
+    }
+
     /// Why a canary whose sides finished these tasks must be rolled back:
     /// once the candidate has `min_tasks`, the first failure class whose
     /// rate on it is more than `margin` points over the active version's.
+    /// `Cancelled` (the caller's doing) and `Host` (the host's) say nothing
+    /// of the candidate and are not compared.
     pub fn rollback(&self, active: &Counts, candidate: &Counts) -> Option<String> {
-        let n = candidate.tasks();
-        if n < u64::from(self.min_tasks) {
+        if !self.judged(candidate) {
             return None;
         }
-        let na = active.tasks();
+        let (n, na) = (candidate.tasks(), active.tasks());
         let (n128, na128) = (u128::from(n), u128::from(na.max(1)));
-        FailureClass::ALL.into_iter().find_map(|class| {
+        let mut compared = FailureClass::ALL
+            .into_iter()
+            .filter(|c| !matches!(c, FailureClass::Cancelled | FailureClass::Host));
+        compared.find_map(|class| {
             let (k, ka) = (candidate.of(class), active.of(class));
             // k/n > ka/na + margin/100, in whole numbers (ka is 0 when na is).
             let over = 100 * u128::from(k) * na128
@@ -487,6 +509,17 @@ mod tests {
         assert_eq!(ramp.rollback(&counts(20, 0), &counts(19, 1)), None);
         // No active task yet: its rate is 0.
         assert!(ramp.rollback(&counts(0, 0), &counts(3, 1)).is_some());
+        // Cancels and the host's own failures say nothing of the candidate.
+        let mut cancelled = counts(0, 0);
+        cancelled.failed[5] = 4;
+        cancelled.failed[9] = 4;
+        assert_eq!(
+            (FailureClass::ALL[5], FailureClass::ALL[9]),
+            (FailureClass::Cancelled, FailureClass::Host)
+        );
+        assert_eq!(ramp.rollback(&counts(8, 0), &cancelled), None);
+        let long = Ramp::new((1..=99).collect(), Duration::from_secs(1), 5, 1).unwrap_err();
+        assert!(long.to_string().ends_with("(99 steps)"), "{long}");
     }
 
     #[test]

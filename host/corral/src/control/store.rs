@@ -127,7 +127,14 @@ pub struct TenantIndex {
     /// Per deployment, a candidate taking a share of its tasks.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub canaries: BTreeMap<String, StoredCanary>,
+    /// Held versions since removed, with why they were held (the newest
+    /// [`MAX_REJECTED`]): deployed again, they are held again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<(String, Vec<String>)>,
 }
+
+/// Removed held versions a tenant's index remembers.
+pub const MAX_REJECTED: usize = 64;
 
 /// A canary as stored: where its ramp stands. The ramp is checked again
 /// when read back ([`Ramp::checked`]).

@@ -1,9 +1,22 @@
 //! Making a stored version the one that serves its deployment: a tenant's
-//! `activate` through the roll-out gate, an operator's `approve` past it.
+//! `activate` (and deploy) through the roll-out gate and ramp, an
+//! operator's `approve` past them.
 
-use super::super::rollout::beyond_grants;
-use super::{Catalog, ControlError, State, TenantSpec, VersionView};
+use std::collections::BTreeSet;
+
+use super::super::rollout::{Ramp, beyond_grants};
+use super::{Catalog, ControlError, State, StoredCanary, TenantSpec, VersionView, now_ms};
 use crate::control::store::{TenantIndex, Version};
+use corral_core::sandbox::{ChangeReport, LoadedComponent};
+
+/// What becomes of a version its tenant asks to serve.
+pub(super) enum Admission {
+    Activate,
+    /// Held for the operator, with the reasons.
+    Held(Vec<String>),
+    /// Ramped up as its deployment's canary.
+    Canary(StoredCanary),
+}
 
 impl Catalog {
     /// Makes a stored version the active one of its deployment, if the
@@ -36,28 +49,67 @@ impl Catalog {
         let spec = self.spec(tenant)?;
         let mut state = self.state.lock().await;
         let (mut tenant_index, mut version) = state.version(tenant, digest)?;
-        if !approved && !version.served && !tenant_index.is_active(&version) {
-            let held = if version.held.is_empty() {
-                self.gate(&mut state, spec, &tenant_index, &version).await?
-            } else {
-                version.held.clone()
-            };
-            if !held.is_empty() {
-                version.held.clone_from(&held);
-                replace(&mut tenant_index, &version);
-                self.commit(&mut state, spec, tenant_index).await?;
-                tracing::warn!(tenant, digest = %version.digest, deployment = %version.name, held = %held.join("; "), "activation held for an operator's approval by the tenant's rollout");
-                return Err(ControlError::Held {
-                    digest: version.digest,
-                    deployment: version.name,
-                    reasons: held,
-                });
+        if !approved {
+            let candidate = self.loaded(&mut state, &version.digest).await?;
+            let report = self
+                .report(&mut state, &tenant_index, &version, &candidate)
+                .await?
+                .map(|(_, report)| report);
+            let admission = self
+                .admission(
+                    &mut state,
+                    spec,
+                    &tenant_index,
+                    &version,
+                    &candidate,
+                    report.as_ref(),
+                    spec.rollout.canary.as_ref(),
+                )
+                .await?;
+            match admission {
+                Admission::Activate => {}
+                Admission::Held(held) => {
+                    if version.held != held {
+                        version.held.clone_from(&held);
+                        replace(&mut tenant_index, &version);
+                        self.commit(&mut state, spec, tenant_index).await?;
+                    }
+                    tracing::warn!(tenant, digest = %version.digest, deployment = %version.name, held = %held.join("; "), "activation held for an operator's approval");
+                    return Err(ControlError::Held {
+                        digest: version.digest,
+                        deployment: version.name,
+                        reasons: held,
+                    });
+                }
+                Admission::Canary(canary) => {
+                    // The operator's ramp: a version that never served
+                    // starts as its deployment's canary.
+                    let percent = canary.ramp.steps().first().copied();
+                    tenant_index.canaries.insert(version.name.clone(), canary);
+                    self.commit(&mut state, spec, tenant_index).await?;
+                    tracing::info!(tenant, digest = %version.digest, deployment = %version.name, ?percent, "activated as a canary");
+                    let component = state.loaded.get(&version.digest).cloned();
+                    return Ok((
+                        VersionView {
+                            tenant: tenant.to_owned(),
+                            version,
+                            active: false,
+                            component,
+                            http_hosts: spec.http_hosts(),
+                            canary: percent,
+                        },
+                        None,
+                    ));
+                }
             }
         }
         let was_held = !version.held.is_empty();
         version.held.clear();
         version.served = true;
         replace(&mut tenant_index, &version);
+        if approved {
+            tenant_index.rejected.retain(|(d, _)| *d != version.digest);
+        }
         let previous = tenant_index
             .active
             .insert(version.name.clone(), version.digest.clone())
@@ -82,30 +134,100 @@ impl Catalog {
         ))
     }
 
-    /// Why the tenant's roll-out holds `version` against its deployment's
-    /// active one; empty: it may activate.
-    async fn gate(
+    /// What `version` (loaded as `candidate`) changes against its
+    /// deployment's active version: that version's digest and the report;
+    /// `None` when nothing else of the deployment serves.
+    pub(super) async fn report(
+        &self,
+        state: &mut State,
+        tenant_index: &TenantIndex,
+        version: &Version,
+        candidate: &LoadedComponent,
+    ) -> Result<Option<(String, ChangeReport)>, ControlError> {
+        let Some(active) = tenant_index
+            .active
+            .get(&version.name)
+            .filter(|active| **active != version.digest)
+        else {
+            return Ok(None);
+        };
+        let before = self.loaded(state, active).await?;
+        Ok(Some((
+            active.clone(),
+            ChangeReport::between(&before, candidate),
+        )))
+    }
+
+    /// What becomes of `version` when its tenant asks it to serve: a held
+    /// version stays held; one that served before activates; a new one goes
+    /// through the tenant's gate, then (with a ramp, and a version of its
+    /// deployment serving) starts as a canary, once its routes are known to
+    /// hold when it is promoted.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn admission(
         &self,
         state: &mut State,
         spec: &TenantSpec,
         tenant_index: &TenantIndex,
         version: &Version,
-    ) -> Result<Vec<String>, ControlError> {
-        if spec.rollout == Default::default() {
-            return Ok(Vec::new());
+        candidate: &LoadedComponent,
+        report: Option<&ChangeReport>,
+        ramp: Option<&Ramp>,
+    ) -> Result<Admission, ControlError> {
+        if !version.held.is_empty() {
+            return Ok(Admission::Held(version.held.clone()));
         }
-        let candidate = self.loaded(state, &version.digest).await?;
-        let report = match tenant_index.active.get(&version.name) {
-            Some(active) => {
-                let before = self.loaded(state, active).await?;
-                Some(corral_core::sandbox::ChangeReport::between(
-                    &before, &candidate,
-                ))
-            }
-            None => None,
+        if version.served || tenant_index.is_active(version) {
+            return Ok(Admission::Activate);
+        }
+        // `new-imports` holds on what nothing the tenant serves imports,
+        // whichever deployment (a new name is no way around it).
+        let mut served = BTreeSet::new();
+        for active in tenant_index.active_versions() {
+            let component = self.loaded(state, &active.digest).await?;
+            served.extend(component.imports.iter().cloned());
+        }
+        let gate = ChangeReport {
+            imports_added: candidate
+                .imports
+                .iter()
+                .filter(|i| !served.contains(*i))
+                .cloned()
+                .collect(),
+            ..report.cloned().unwrap_or_default()
         };
         let beyond = beyond_grants(&candidate.imports, &spec.tenant.capabilities);
-        Ok(spec.rollout.reasons(report.as_ref(), &beyond))
+        let held = spec.rollout.reasons(Some(&gate), &beyond);
+        if !held.is_empty() {
+            return Ok(Admission::Held(held));
+        }
+        let Some(ramp) = ramp else {
+            return Ok(Admission::Activate);
+        };
+        if !tenant_index.active.contains_key(&version.name) {
+            return Ok(Admission::Activate);
+        }
+        if let Some(running) = tenant_index
+            .canaries
+            .get(&version.name)
+            .filter(|c| c.candidate == version.digest)
+        {
+            // The same candidate again (a restarted follower's pull): its
+            // ramp goes on where it is.
+            return Ok(Admission::Canary(running.clone()));
+        }
+        let mut promoted = tenant_index.clone();
+        promoted
+            .active
+            .insert(version.name.clone(), version.digest.clone());
+        promoted.canaries.remove(&version.name);
+        self.routes(state, spec, &mut promoted).await?;
+        Ok(Admission::Canary(StoredCanary {
+            candidate: version.digest.clone(),
+            ramp: ramp.clone(),
+            step: 0,
+            step_started_ms: now_ms(),
+        }))
     }
 
     /// Sets the `corral_versions_held` gauge of `tenant` from its index.

@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Catalog, State, StoredCanary, now_ms};
+use super::{Catalog, ControlError, State, StoredCanary, TenantIndex, Version, now_ms};
 use corral_core::metrics::escape;
 use corral_core::sandbox::FailureClass;
 use corral_core::session::canary::WHOLE;
-use corral_core::session::{Counts, Split};
+use corral_core::session::{Counts, Deployment, Split};
 use corral_core::sync::lock;
 
 /// A canary serving now, as `status` and `/metrics` show it.
@@ -34,31 +34,45 @@ pub struct Live {
     pub split: Arc<Split>,
 }
 
-impl State {
-    /// The split of `tenant`'s canary on `deployment`: the one it had while
-    /// the candidate stays the same (its counts go on), a new one for a new
-    /// candidate; at the share of the ramp's current step.
-    pub(super) fn split(
-        &mut self,
+/// A canary's split as a change needs it: (deployment, candidate, split,
+/// share), applied only once the change is written.
+pub(super) type PendingSplit = (String, String, Arc<Split>, u32);
+
+impl Catalog {
+    /// The candidate deployment of a canary, and its split: the one it had
+    /// while the candidate stays the same (its counts go on), a new one for
+    /// a new candidate; at the share of the ramp's current step.
+    pub(super) async fn candidate(
+        &self,
+        state: &mut State,
         tenant: &str,
         deployment: &str,
         canary: &StoredCanary,
-    ) -> Arc<Split> {
-        let percent = canary.ramp.steps().get(canary.step).copied().unwrap_or(0);
-        let share = percent * WHOLE / 100;
-        let key = (tenant.to_owned(), deployment.to_owned());
-        match self.splits.get(&key) {
-            Some((candidate, split)) if *candidate == canary.candidate => {
-                split.set_share(share);
-                split.clone()
-            }
-            _ => {
-                let split = Arc::new(Split::new(share));
-                self.splits
-                    .insert(key, (canary.candidate.clone(), split.clone()));
-                split
-            }
-        }
+        candidate: &Version,
+    ) -> Result<(Deployment, PendingSplit), ControlError> {
+        // As read back from the index, checked again.
+        let ramp = canary.ramp.clone().checked()?;
+        let percent = ramp.steps().get(canary.step).copied().unwrap_or(0);
+        let split = match state
+            .splits
+            .get(&(tenant.to_owned(), deployment.to_owned()))
+        {
+            Some((digest, split)) if *digest == canary.candidate => split.clone(),
+            _ => Arc::new(Split::new(0)),
+        };
+        let component = Deployment {
+            component: self.loaded(state, &candidate.digest).await?,
+            config: candidate.config.clone().into_iter().collect(),
+            reuse: candidate.deployment_reuse()?,
+            canary: None,
+        };
+        let pending = (
+            deployment.to_owned(),
+            canary.candidate.clone(),
+            split,
+            percent * WHOLE / 100,
+        );
+        Ok((component, pending))
     }
 }
 
@@ -77,72 +91,54 @@ impl Catalog {
 
     /// Rolls back each canary whose candidate fails past its margin, steps
     /// on those whose step has run its time, and makes the candidate the
-    /// active version after the last step.
+    /// active version after the last step, once it has run `min_tasks` of
+    /// its own. Each canary's change is written on its own: one that cannot
+    /// be promoted (its routes no longer hold) is held with the reason, and
+    /// holds up no other.
     pub async fn advance_canaries(&self, now: i64) {
         for spec in self.tenants.values() {
             let name = &spec.tenant.name;
             let mut state = self.state.lock().await;
-            let Some(before) = state.index.tenants.get(name) else {
+            let Some(index) = state.index.tenants.get(name) else {
                 continue;
             };
-            if before.canaries.is_empty() {
-                continue;
-            }
-            let mut next = before.clone();
-            let mut rolled_back = 0;
-            for (deployment, canary) in &before.canaries {
+            let canaries: Vec<(String, StoredCanary)> = index
+                .canaries
+                .iter()
+                .map(|(d, c)| (d.clone(), c.clone()))
+                .collect();
+            for (deployment, canary) in canaries {
                 let key = (name.clone(), deployment.clone());
                 let Some((_, split)) = state.splits.get(&key) else {
                     continue;
                 };
                 let (active, candidate) = split.counts();
-                if let Some(why) = canary.ramp.rollback(&active, &candidate) {
-                    tracing::warn!(tenant = %name, %deployment, candidate = %canary.candidate, "canary rolled back: {why}");
-                    next.canaries.remove(deployment);
-                    if let Some(v) = next
-                        .versions
-                        .iter_mut()
-                        .find(|v| v.digest == canary.candidate)
-                    {
-                        v.held = vec![format!("rolled back by its canary: {why}")];
-                    }
-                    rolled_back += 1;
+                let Some(change) = Change::due(&canary, &active, &candidate, now) else {
                     continue;
-                }
-                let elapsed =
-                    u64::try_from(now.saturating_sub(canary.step_started_ms)).unwrap_or(0);
-                if Duration::from_millis(elapsed) < canary.ramp.every() {
+                };
+                let Some(mut next) = state.index.tenants.get(name).cloned() else {
                     continue;
-                }
-                if canary.step + 1 < canary.ramp.steps().len() {
-                    let step = canary.step + 1;
-                    tracing::info!(tenant = %name, %deployment, candidate = %canary.candidate, percent = canary.ramp.steps()[step], "canary steps up");
-                    if let Some(c) = next.canaries.get_mut(deployment) {
-                        c.step = step;
-                        c.step_started_ms = now;
+                };
+                change.apply(&mut next, &deployment, &canary, now);
+                match self.commit(&mut state, spec, next).await {
+                    Ok(()) => change.done(self, name, &deployment, &canary),
+                    Err(e) => {
+                        let why = crate::error_chain(&e);
+                        tracing::error!(tenant = %name, %deployment, candidate = %canary.candidate, "moving a canary on: {why}");
+                        // It cannot go on as it is: held, with the reason.
+                        let Some(mut next) = state.index.tenants.get(name).cloned() else {
+                            continue;
+                        };
+                        Change::RollBack(format!("its canary could not go on: {why}")).apply(
+                            &mut next,
+                            &deployment,
+                            &canary,
+                            now,
+                        );
+                        if let Err(e) = self.commit(&mut state, spec, next).await {
+                            tracing::error!(tenant = %name, %deployment, "ending a canary: {}", crate::error_chain(&e));
+                        }
                     }
-                } else {
-                    tracing::info!(tenant = %name, %deployment, candidate = %canary.candidate, "canary promoted: the candidate serves every task");
-                    next.canaries.remove(deployment);
-                    next.active
-                        .insert(deployment.clone(), canary.candidate.clone());
-                    if let Some(v) = next
-                        .versions
-                        .iter_mut()
-                        .find(|v| v.digest == canary.candidate)
-                    {
-                        v.served = true;
-                    }
-                    self.metrics.activation(name);
-                }
-            }
-            if next == *before {
-                continue;
-            }
-            match self.commit(&mut state, spec, next).await {
-                Ok(()) => self.metrics.canary_rolled_back(name, rolled_back),
-                Err(e) => {
-                    tracing::error!(tenant = %name, "moving a canary on: {}", crate::error_chain(&e))
                 }
             }
         }
@@ -220,6 +216,90 @@ impl Catalog {
     }
 }
 
+/// What a tick does to one canary.
+enum Change {
+    /// Held with the reason; the active version takes every task.
+    RollBack(String),
+    /// On to this step of the ramp.
+    Step(usize),
+    /// The candidate becomes the active version.
+    Promote,
+}
+
+impl Change {
+    /// What is due for `canary` whose sides finished these tasks, at `now`:
+    /// a roll-back whenever it fails past its margin; when its step's time
+    /// is over, the next step, or after the last one a promotion once it
+    /// has run enough tasks to judge (until then it stays where it is).
+    fn due(canary: &StoredCanary, active: &Counts, candidate: &Counts, now: i64) -> Option<Change> {
+        if let Some(why) = canary.ramp.rollback(active, candidate) {
+            return Some(Change::RollBack(format!(
+                "rolled back by its canary: {why}"
+            )));
+        }
+        let step_over = u64::try_from(now.saturating_sub(canary.step_started_ms))
+            .map(Duration::from_millis)
+            .is_ok_and(|elapsed| elapsed >= canary.ramp.every());
+        if !step_over {
+            None
+        } else if canary.step + 1 < canary.ramp.steps().len() {
+            Some(Change::Step(canary.step + 1))
+        } else if canary.ramp.judged(candidate) {
+            Some(Change::Promote)
+        } else {
+            None
+        }
+    }
+
+    fn apply(&self, index: &mut TenantIndex, deployment: &str, canary: &StoredCanary, now: i64) {
+        let candidate = index
+            .versions
+            .iter_mut()
+            .find(|v| v.digest == canary.candidate);
+        match self {
+            Change::RollBack(why) => {
+                index.canaries.remove(deployment);
+                if let Some(v) = candidate {
+                    v.held = vec![why.clone()];
+                }
+            }
+            Change::Step(step) => {
+                if let Some(c) = index.canaries.get_mut(deployment) {
+                    c.step = *step;
+                    c.step_started_ms = now;
+                }
+            }
+            Change::Promote => {
+                index.canaries.remove(deployment);
+                index
+                    .active
+                    .insert(deployment.to_owned(), canary.candidate.clone());
+                if let Some(v) = candidate {
+                    v.served = true;
+                }
+            }
+        }
+    }
+
+    fn done(&self, catalog: &Catalog, tenant: &str, deployment: &str, canary: &StoredCanary) {
+        let candidate = &canary.candidate;
+        match self {
+            Change::RollBack(why) => {
+                tracing::warn!(%tenant, %deployment, %candidate, "canary {why}");
+                catalog.metrics.canary_rolled_back(tenant, 1);
+            }
+            Change::Step(step) => {
+                let percent = canary.ramp.steps().get(*step).copied().unwrap_or(0);
+                tracing::info!(%tenant, %deployment, %candidate, percent, "canary steps up");
+            }
+            Change::Promote => {
+                tracing::info!(%tenant, %deployment, %candidate, "canary promoted: the candidate serves every task");
+                catalog.metrics.activation(tenant);
+            }
+        }
+    }
+}
+
 /// `Completed` and each failure class with its count (those above 0).
 pub fn outcomes(counts: &Counts) -> Vec<(&'static str, u64)> {
     std::iter::once(("Completed", counts.completed))
@@ -230,4 +310,55 @@ pub fn outcomes(counts: &Counts) -> Vec<(&'static str, u64)> {
         )
         .filter(|(_, n)| *n > 0)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::rollout::Ramp;
+
+    fn canary(step: usize) -> StoredCanary {
+        StoredCanary {
+            candidate: "sha256:c".to_owned(),
+            ramp: Ramp::parse("10,50/1m")
+                .unwrap()
+                .with_rollback(10, 3)
+                .unwrap(),
+            step,
+            step_started_ms: 0,
+        }
+    }
+
+    fn done(completed: u64, panics: u64) -> Counts {
+        let mut counts = Counts {
+            completed,
+            ..Counts::default()
+        };
+        counts.failed[1] = panics;
+        counts
+    }
+
+    fn due(step: usize, candidate: Counts, at_s: i64) -> Option<String> {
+        Change::due(&canary(step), &done(10, 0), &candidate, at_s * 1000).map(|c| match c {
+            Change::RollBack(why) => why,
+            Change::Step(step) => format!("step {step}"),
+            Change::Promote => "promote".to_owned(),
+        })
+    }
+
+    #[test]
+    fn a_canary_steps_on_its_schedule_is_promoted_once_judged_and_rolled_back_any_time() {
+        // Within its step's time: nothing, however well it does.
+        assert_eq!(due(0, done(50, 0), 59), None);
+        assert_eq!(due(0, done(50, 0), 60).as_deref(), Some("step 1"));
+        // After the last step: promoted only with min_tasks of its own.
+        assert_eq!(due(1, done(2, 0), 600), None);
+        assert_eq!(due(1, done(3, 0), 600).as_deref(), Some("promote"));
+        // Failing past its margin: rolled back at once, at any step.
+        let rolled = due(0, done(1, 2), 1).unwrap_or_default();
+        assert!(
+            rolled.starts_with("rolled back by its canary: Panic: 2 of 3 tasks (66%)"),
+            "{rolled}"
+        );
+    }
 }

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 pub use super::errors::{CatalogError, ControlError, Refusal};
 use super::metadata::{self, Pulled};
 use super::rollout::{Ramp, Rollout, beyond_grants};
-use super::store::{Index, Store, StoredCanary, StoredReuse, TenantIndex, Version};
+use super::store::{Index, MAX_REJECTED, Store, StoredCanary, StoredReuse, TenantIndex, Version};
 use crate::config::Quota;
 use crate::oci::{Credential, RepositoryPrefix};
 use crate::staging::Staging;
@@ -28,7 +28,7 @@ use corral_core::sandbox::{
     ChangeReport, CompileError, DeploymentReuse, LoadError, LoadedComponent, PreparedTenant,
     Sandbox,
 };
-use corral_core::session::{Deployment, Registry, Split};
+use corral_core::session::{Deployment, Registry, Split, TenantTable};
 
 /// A tenant as configured: its policy and its configuration-wide aliases.
 #[derive(Debug, Clone)]
@@ -162,6 +162,15 @@ impl Catalog {
                 );
             }
         }
+        // A canary's step starts over with the host: its counts do too, so
+        // a step it was in when the host stopped is not over at once.
+        let mut index = index;
+        let now = now_ms();
+        for tenant_index in index.tenants.values_mut() {
+            for canary in tenant_index.canaries.values_mut() {
+                canary.step_started_ms = now;
+            }
+        }
         let staging = store
             .staging()
             .map_err(|e| ControlError::host("creating the staging directory", e))?;
@@ -248,10 +257,17 @@ impl Catalog {
         tenant_index
             .canaries
             .retain(|_, c| c.candidate != version.digest);
+        if !version.held.is_empty() {
+            tenant_index.rejected.retain(|(d, _)| *d != version.digest);
+            tenant_index
+                .rejected
+                .push((version.digest.clone(), version.held.clone()));
+            let over = tenant_index.rejected.len().saturating_sub(MAX_REJECTED);
+            tenant_index.rejected.drain(..over);
+        }
         tenant_index.versions.retain(|v| v.digest != version.digest);
         self.commit(&mut state, spec, tenant_index).await?;
         self.store.forget_bytes(&version.digest, &state.index);
-        state.loaded.remove(&version.digest);
         tracing::info!(tenant, digest = %version.digest, deployment = %version.name, "removed");
         Ok(VersionView {
             tenant: tenant.to_owned(),
@@ -321,35 +337,10 @@ impl Catalog {
         &self,
         state: &mut State,
         spec: &TenantSpec,
-        tenant_index: TenantIndex,
+        mut tenant_index: TenantIndex,
     ) -> Result<(), ControlError> {
         let name = &spec.tenant.name;
-        let mut deployments = Vec::new();
-        for version in tenant_index.active_versions() {
-            let canary = match tenant_index.canary_of(&version.name) {
-                Some((canary, candidate)) => {
-                    // As read back from the index, checked again.
-                    canary.ramp.clone().checked()?;
-                    let split = state.split(name, &version.name, canary);
-                    let candidate = Deployment {
-                        component: self.loaded(state, &candidate.digest).await?,
-                        config: candidate.config.clone().into_iter().collect(),
-                        reuse: candidate.deployment_reuse()?,
-                        canary: None,
-                    };
-                    Some((Box::new(candidate), split))
-                }
-                None => None,
-            };
-            deployments.push(Deployment {
-                component: self.loaded(state, &version.digest).await?,
-                config: version.config.clone().into_iter().collect(),
-                reuse: version.deployment_reuse()?,
-                canary,
-            });
-        }
-        let aliases = aliases(spec, &tenant_index);
-        let table = Registry::prepare_deployments(spec.tenant.clone(), &deployments, &aliases)?;
+        let (table, splits) = self.routes(state, spec, &mut tenant_index).await?;
         let mut index = state.index.clone();
         if tenant_index == TenantIndex::default() {
             index.tenants.remove(name);
@@ -362,6 +353,13 @@ impl Catalog {
         self.count_held(name, index.tenants.get(name));
         state.index = index;
         self.registry.install(table);
+        // The canaries' splits change only with a change that took.
+        for (deployment, candidate, split, share) in splits {
+            split.set_share(share);
+            state
+                .splits
+                .insert((name.clone(), deployment), (candidate, split));
+        }
         // Only what serves stays compiled in memory; the rest is loaded
         // from the compile cache when asked for.
         let active: std::collections::HashSet<String> = state
@@ -378,6 +376,57 @@ impl Catalog {
         state.loaded.retain(|digest, _| active.contains(digest));
         self.canaries_changed(state);
         Ok(())
+    }
+
+    /// The tenant's routes by `tenant_index`, checked, with the splits its
+    /// canaries need (deployment, candidate, split, share). A canary whose
+    /// candidate no longer loads, or whose ramp reads back out of its
+    /// bounds, is dropped with a warning, not a reason to serve nothing.
+    async fn routes(
+        &self,
+        state: &mut State,
+        spec: &TenantSpec,
+        tenant_index: &mut TenantIndex,
+    ) -> Result<(TenantTable, Vec<canary::PendingSplit>), ControlError> {
+        let name = &spec.tenant.name;
+        let mut deployments = Vec::new();
+        let mut splits = Vec::new();
+        let active: Vec<Version> = tenant_index
+            .active_versions()
+            .into_iter()
+            .cloned()
+            .collect();
+        for version in active {
+            let canary = match tenant_index.canary_of(&version.name) {
+                Some((canary, candidate)) => {
+                    let (canary, candidate) = (canary.clone(), candidate.clone());
+                    match self
+                        .candidate(state, name, &version.name, &canary, &candidate)
+                        .await
+                    {
+                        Ok((deployment, pending)) => {
+                            splits.push(pending.clone());
+                            Some((Box::new(deployment), pending.2))
+                        }
+                        Err(e) => {
+                            tracing::warn!(tenant = %name, deployment = %version.name, candidate = %canary.candidate, "canary dropped: {}", crate::error_chain(&e));
+                            tenant_index.canaries.remove(&version.name);
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
+            deployments.push(Deployment {
+                component: self.loaded(state, &version.digest).await?,
+                config: version.config.clone().into_iter().collect(),
+                reuse: version.deployment_reuse()?,
+                canary,
+            });
+        }
+        let aliases = aliases(spec, tenant_index);
+        let table = Registry::prepare_deployments(spec.tenant.clone(), &deployments, &aliases)?;
+        Ok((table, splits))
     }
 
     /// The loaded component of a stored digest, loading it from disk once.

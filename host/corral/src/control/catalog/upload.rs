@@ -2,13 +2,13 @@
 //! quota, put through its roll-out (gate or canary), written, and only then
 //! served.
 
+use super::activate::Admission;
 use super::{
-    Catalog, ControlError, NewVersion, StoredCanary, StoredReuse, Uploaded, Version, VersionView,
+    Catalog, ControlError, NewVersion, State, StoredReuse, Uploaded, Version, VersionView,
     beyond_grants, metadata, now_ms,
 };
 use crate::staging::StagedComponent;
 use corral_core::name::Name;
-use corral_core::sandbox::ChangeReport;
 
 impl Catalog {
     /// Validates, compiles, stores and (unless asked not to) activates a
@@ -22,6 +22,12 @@ impl Catalog {
     ) -> Result<(VersionView, Uploaded), ControlError> {
         let spec = self.spec(tenant)?;
         Name::new(new.name.as_str()).map_err(ControlError::DeploymentName)?;
+        // The operator's ramp, when set, is the tenant's only one.
+        let ramp = match (&new.canary, &spec.rollout.canary) {
+            (Some(_), Some(_)) => return Err(ControlError::CanarySet(tenant.to_owned())),
+            (Some(ramp), None) | (None, Some(ramp)) => Some(ramp.clone()),
+            (None, None) => None,
+        };
         metadata::check(&new.labels, &new.aliases, &new.config)?;
         let digest = component.digest.clone();
         let mut candidate = Version {
@@ -83,46 +89,14 @@ impl Catalog {
             }
             return Err(e);
         }
-        let changes = tenant_index
-            .active
-            .get(&version.name)
-            .filter(|active| **active != digest)
-            .and_then(|active| {
-                let before = state.loaded.get(active)?;
-                Some((active.clone(), ChangeReport::between(before, &loaded)))
-            });
-        let beyond_grants = beyond_grants(&loaded.imports, &spec.tenant.capabilities);
-        // The gate: a version that never served its deployment activates
-        // by itself only when the tenant's roll-out lets it. One held
-        // already (by the gate, or rolled back by its canary) stays held.
-        if !new.inactive
-            && !version.served
-            && !tenant_index.is_active(&version)
-            && version.held.is_empty()
-        {
-            version.held = spec
-                .rollout
-                .reasons(changes.as_ref().map(|(_, r)| r), &beyond_grants);
-        }
-        let mut activate = !new.inactive && version.held.is_empty();
-        let replaces = tenant_index
-            .active
-            .get(&version.name)
-            .is_some_and(|active| *active != digest);
-        let ramp = new.canary.clone().or_else(|| spec.rollout.canary.clone());
-        let canary = match ramp {
-            Some(ramp) if activate && replaces => {
-                activate = false;
-                Some(StoredCanary {
-                    candidate: digest.clone(),
-                    ramp,
-                    step: 0,
-                    step_started_ms: now_ms(),
-                })
+        if !already_stored {
+            // Bytes held before and removed: the hold comes back with them.
+            if let Some((_, reasons)) = tenant_index.rejected.iter().find(|(d, _)| *d == digest) {
+                version.held.clone_from(reasons);
             }
-            _ => None,
-        };
-        version.served |= activate;
+        }
+        let was_active = tenant_index.is_active(&version);
+        state.loaded.insert(digest.clone(), loaded.clone());
         match tenant_index
             .versions
             .iter_mut()
@@ -131,20 +105,69 @@ impl Catalog {
             Some(stored) => *stored = version.clone(),
             None => tenant_index.versions.push(version.clone()),
         }
+        let decided = async {
+            let changes = self
+                .report(&mut state, &tenant_index, &version, &loaded)
+                .await?;
+            let admission = match new.inactive {
+                true => None,
+                false => Some(
+                    self.admission(
+                        &mut state,
+                        spec,
+                        &tenant_index,
+                        &version,
+                        &loaded,
+                        changes.as_ref().map(|(_, r)| r),
+                        ramp.as_ref(),
+                    )
+                    .await?,
+                ),
+            };
+            Ok::<_, ControlError>((changes, admission))
+        }
+        .await;
+        let (changes, admission) = match decided {
+            Ok(decided) => decided,
+            Err(e) => {
+                self.abandon(&mut state, &digest, already_stored);
+                return Err(e);
+            }
+        };
+        let beyond_grants = beyond_grants(&loaded.imports, &spec.tenant.capabilities);
+        let (activate, canary) = match admission {
+            None => (false, None),
+            Some(Admission::Activate) => (true, None),
+            Some(Admission::Held(reasons)) => {
+                version.held = reasons;
+                (false, None)
+            }
+            Some(Admission::Canary(canary)) => (false, Some(canary)),
+        };
+        version.served |= activate;
+        if let Some(stored) = tenant_index
+            .versions
+            .iter_mut()
+            .find(|s| s.digest == digest)
+        {
+            *stored = version.clone();
+        }
         if activate {
             tenant_index
                 .active
                 .insert(version.name.clone(), digest.clone());
         }
-        let canary_percent = canary.as_ref().map(|c| c.ramp.steps()[0]);
-        // A new version (active or a canary) ends the deployment's canary.
-        if activate || canary.is_some() {
+        let canary_percent = canary
+            .as_ref()
+            .and_then(|c| c.ramp.steps().get(c.step).copied());
+        // A new version (active or a canary) ends the deployment's canary;
+        // the active bytes deployed again (a config change) do not.
+        if (activate && !was_active) || canary.is_some() {
             tenant_index.canaries.remove(&version.name);
         }
         if let Some(canary) = canary {
             tenant_index.canaries.insert(version.name.clone(), canary);
         }
-        state.loaded.insert(digest.clone(), loaded.clone());
         let stored = self
             .store
             .put_staged(component)
@@ -153,11 +176,7 @@ impl Catalog {
             Ok(()) => self.commit(&mut state, spec, tenant_index).await,
             Err(e) => Err(e),
         } {
-            // A rejected upload stores nothing.
-            if !already_stored {
-                self.store.forget_bytes(&digest, &state.index);
-                state.loaded.remove(&digest);
-            }
+            self.abandon(&mut state, &digest, already_stored);
             return Err(e);
         }
         if activate {
@@ -168,7 +187,7 @@ impl Catalog {
         } else if version.held.is_empty() {
             tracing::info!(tenant, digest = %digest, deployment = %version.name, active = activate, "stored");
         } else {
-            tracing::warn!(tenant, digest = %digest, deployment = %version.name, held = %version.held.join("; "), "stored, held for an operator's approval by the tenant's rollout");
+            tracing::warn!(tenant, digest = %digest, deployment = %version.name, held = %version.held.join("; "), "stored, held for an operator's approval");
         }
         Ok((
             VersionView {
@@ -185,5 +204,14 @@ impl Catalog {
                 beyond_grants,
             },
         ))
+    }
+
+    /// A refused upload stores nothing: bytes it brought are forgotten (the
+    /// loaded copy goes with the next commit's sweep, unless something
+    /// serves those bytes).
+    fn abandon(&self, state: &mut State, digest: &str, already_stored: bool) {
+        if !already_stored {
+            self.store.forget_bytes(digest, &state.index);
+        }
     }
 }
