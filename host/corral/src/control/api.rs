@@ -355,15 +355,11 @@ impl Admin for AdminService {
         request: Request<proto::ActivateRequest>,
     ) -> Result<Response<proto::ActivateResponse>, Status> {
         let tenant = self.tenant(&request, &request.get_ref().tenant)?;
-        let (view, previous) = self
+        let activated = self
             .catalog
             .activate(&tenant, &request.get_ref().digest)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(proto::ActivateResponse {
-            component: Some(to_proto(&view)),
-            previous_digest: previous.unwrap_or_default(),
-        }))
+            .await;
+        activated.map(activate_response).map_err(status)
     }
 
     async fn approve(
@@ -376,15 +372,11 @@ impl Admin for AdminService {
             ));
         }
         let tenant = self.tenant(&request, &request.get_ref().tenant)?;
-        let (view, previous) = self
+        let approved = self
             .catalog
             .approve(&tenant, &request.get_ref().digest)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(proto::ActivateResponse {
-            component: Some(to_proto(&view)),
-            previous_digest: previous.unwrap_or_default(),
-        }))
+            .await;
+        approved.map(activate_response).map_err(status)
     }
 
     async fn status(
@@ -529,6 +521,17 @@ impl Admin for AdminService {
             outcome: Some(outcome),
         }))
     }
+}
+
+/// What `activate` and `approve` answer: the version, and the one it
+/// replaced.
+fn activate_response(
+    (view, previous): (super::catalog::VersionView, Option<String>),
+) -> Response<proto::ActivateResponse> {
+    Response::new(proto::ActivateResponse {
+        component: Some(to_proto(&view)),
+        previous_digest: previous.unwrap_or_default(),
+    })
 }
 
 /// A followed tag as `status` shows it. The follower knows what it pulled;
