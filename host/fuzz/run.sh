@@ -13,5 +13,8 @@ command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 cd "$here"
 for target in admin_messages config oci_manifest json_to_wit; do
   echo "== $target for ${seconds}s" >&2
-  cargo +nightly fuzz run "$target" -- -max_total_time="$seconds" -rss_limit_mb=4096
+  # -O: release, as `cargo fuzz build -O` builds it (set FUZZ_BUILD="-O -a"
+  # to keep debug assertions and overflow checks; that rebuilds everything).
+  # shellcheck disable=SC2086
+  cargo +nightly fuzz run ${FUZZ_BUILD:--O} --fuzz-dir "$here" "$target" -- -max_total_time="$seconds" -rss_limit_mb=4096
 done

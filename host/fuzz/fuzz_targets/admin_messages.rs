@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = corral::control::auth::bearer_sha256(text);
+        let _ = corral::token::TokenHash::of_bearer(text);
         let _ = text.parse::<corral::oci::RepositoryPrefix>();
         let _ = text.parse::<corral::oci::OciRef>();
     }
