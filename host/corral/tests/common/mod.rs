@@ -5,6 +5,7 @@
 pub mod activities;
 pub mod admin;
 pub mod aion;
+pub mod egress;
 pub mod http;
 pub mod otlp;
 pub mod processes;
