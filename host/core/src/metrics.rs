@@ -182,11 +182,6 @@ impl Metrics {
         }
     }
 
-    /// How many of `tenant`'s versions wait for approval.
-    pub fn held(&self, tenant: &str) -> usize {
-        self.lock().held.get(tenant).copied().unwrap_or(0)
-    }
-
     /// A component was made ready: compiled now, or read precompiled.
     pub fn component_loaded(&self, from_cache: bool) {
         let source = if from_cache { "cache" } else { "compiled" };

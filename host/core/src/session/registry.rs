@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use super::canary::{Routed, Side, Split};
-use crate::sandbox::{DeploymentReuse, LoadedComponent, PreparedTenant, SecretShadows};
+use crate::sandbox::{DeploymentReuse, LoadedComponent, Outcome, PreparedTenant, SecretShadows};
 
 /// Where a task goes.
 #[derive(Debug, Clone)]
@@ -21,6 +21,15 @@ pub struct Route {
     pub activity: String,
     /// Under a canary: its split, and the side this task was routed to.
     pub side: Option<(Arc<Split>, Side)>,
+}
+
+impl Route {
+    /// Counts a task's outcome on its canary's side, under a canary.
+    pub fn record(&self, outcome: &Outcome) {
+        if let Some((split, side)) = &self.side {
+            split.record(*side, outcome);
+        }
+    }
 }
 
 /// One tenant's policy and routes, replaced as a whole.
@@ -255,7 +264,8 @@ impl Registry {
     /// The route of `activity_type` (a full name or an alias) for `tenant`;
     /// under a canary, the side the next task takes.
     pub fn route(&self, tenant: &str, activity_type: &str) -> Option<Route> {
-        let table = self.tenant_routes(tenant)?;
+        let tenants = self.read();
+        let table = tenants.get(tenant)?;
         let mut route = table.routes.get(activity_type)?.clone();
         if let Some((split, candidate, routed)) = table.canaries.get(&route.activity) {
             let side = split.take(routed);

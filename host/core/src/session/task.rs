@@ -125,9 +125,7 @@ async fn execute(
                 e.to_string(),
             ));
             // A candidate that refuses what the active version took counts.
-            if let Some((split, side)) = &route.side {
-                split.record(*side, &invalid);
-            }
+            route.record(&invalid);
             return (invalid, route.activity);
         }
     };
@@ -174,9 +172,7 @@ async fn execute(
             async move { sandbox.execute(&component, &prepared, task).await },
         )
         .await;
-    if let Some((split, side)) = &route.side {
-        split.record(*side, &outcome);
-    }
+    route.record(&outcome);
     (outcome, route.activity)
 }
 

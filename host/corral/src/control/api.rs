@@ -432,10 +432,10 @@ impl Admin for AdminService {
                         };
                         proto::CanaryStatus {
                             deployment: c.deployment,
-                            candidate: c.candidate,
-                            percent: c.percent,
-                            step: saturate(c.step),
-                            steps: saturate(c.steps),
+                            percent: c.canary.percent(),
+                            step: saturate(c.canary.step),
+                            steps: saturate(c.canary.ramp.steps().len()),
+                            candidate: c.canary.candidate,
                             active_outcomes: by_outcome(active),
                             candidate_outcomes: by_outcome(candidate),
                         }

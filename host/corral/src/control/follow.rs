@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ControlError;
 use super::catalog::{Catalog, NewVersion};
-use super::metadata::Pulled as Source;
+use super::metadata::Pulled;
 use crate::oci::{self, OciError, OciRef, Registries};
 use corral_core::metrics::escape;
 use corral_core::sync::lock;
@@ -52,7 +52,7 @@ enum ActivateError {
 }
 
 /// What became of a followed tag's new manifest: its component digest.
-enum Pulled {
+enum Landed {
     Active(String),
     Held(String),
     /// Ramping up as its deployment's canary, at this percent.
@@ -165,7 +165,7 @@ impl Follower {
         }
         update(&|s| s.wanted = Some(wanted.clone()));
         match self.activate(tenant, reference, &wanted, registries).await {
-            Ok(Pulled::Active(active)) => {
+            Ok(Landed::Active(active)) => {
                 tracing::info!(
                     tenant,
                     "following {reference}: activated {active} ({wanted})"
@@ -177,7 +177,7 @@ impl Follower {
                     s.failed = None;
                 });
             }
-            Ok(Pulled::Canary(digest, percent)) => {
+            Ok(Landed::Canary(digest, percent)) => {
                 // The catalog ramps it on (status shows it as a canary).
                 tracing::info!(
                     tenant,
@@ -189,7 +189,7 @@ impl Follower {
                     s.failed = None;
                 });
             }
-            Ok(Pulled::Held(digest)) => {
+            Ok(Landed::Held(digest)) => {
                 // The catalog logged why; it waits for `corral approve`.
                 tracing::warn!(
                     tenant,
@@ -223,7 +223,7 @@ impl Follower {
         reference: &OciRef,
         manifest: &str,
         registries: &Registries,
-    ) -> Result<Pulled, ActivateError> {
+    ) -> Result<Landed, ActivateError> {
         let pinned = reference.at_digest(manifest);
         let pulled = oci::pull(&pinned, registries, self.catalog.staging()).await?;
         let new = NewVersion {
@@ -234,7 +234,7 @@ impl Follower {
             reuse: Default::default(),
             inactive: false,
             canary: None,
-            pulled: Some(Source {
+            pulled: Some(Pulled {
                 reference: reference.to_string(),
                 manifest: pulled.manifest_digest,
             }),
@@ -254,9 +254,9 @@ impl Follower {
             );
         }
         Ok(match (view.active, view.canary) {
-            (true, _) => Pulled::Active(view.version.digest),
-            (false, Some(percent)) => Pulled::Canary(view.version.digest, percent),
-            (false, None) => Pulled::Held(view.version.digest),
+            (true, _) => Landed::Active(view.version.digest),
+            (false, Some(percent)) => Landed::Canary(view.version.digest, percent),
+            (false, None) => Landed::Held(view.version.digest),
         })
     }
 

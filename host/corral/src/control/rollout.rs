@@ -190,6 +190,12 @@ impl Ramp {
         &self.steps
     }
 
+    /// The percent of the tasks the candidate takes at `step` (0 past the
+    /// last).
+    pub fn percent(&self, step: usize) -> u32 {
+        self.steps.get(step).copied().unwrap_or(0)
+    }
+
     pub fn every(&self) -> Duration {
         Duration::from_millis(self.every_ms)
     }
@@ -240,6 +246,26 @@ impl Ramp {
     }
 }
 
+/// A canary as stored: where its ramp stands. The ramp is checked again
+/// when read back ([`Ramp::checked`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredCanary {
+    /// The candidate's digest.
+    pub candidate: String,
+    pub ramp: Ramp,
+    /// The step of the ramp it is at.
+    pub step: usize,
+    /// When that step began (milliseconds since the Unix epoch).
+    pub step_started_ms: i64,
+}
+
+impl StoredCanary {
+    /// The percent of its deployment's tasks the candidate takes now.
+    pub fn percent(&self) -> u32 {
+        self.ramp.percent(self.step)
+    }
+}
+
 fn percent(part: u64, whole: u64) -> u64 {
     part.saturating_mul(100).checked_div(whole).unwrap_or(0)
 }
@@ -266,17 +292,18 @@ impl Rollout {
 
     /// Why a new version must wait for approval, or nothing when it may
     /// activate by itself. `report` is what it changes against the active
-    /// version (`None`: nothing of the deployment serves yet), `beyond` the
+    /// version (empty when nothing of the deployment serves yet), its
+    /// `imports_added` what nothing the tenant serves imports; `beyond` the
     /// capabilities it imports that the tenant is not granted.
-    pub fn reasons(&self, report: Option<&ChangeReport>, beyond: &[String]) -> Vec<String> {
+    pub fn reasons(&self, report: &ChangeReport, beyond: &[String]) -> Vec<String> {
         let mut reasons = Vec::new();
         for hold in &self.hold {
             match hold {
                 HoldOn::Every => reasons.push("every new version waits for approval".to_owned()),
                 HoldOn::Breaking => {
-                    let Some(report) = report.filter(|r| r.breaks_callers()) else {
+                    if !report.breaks_callers() {
                         continue;
-                    };
+                    }
                     let mut broken: Vec<String> = report
                         .removed
                         .iter()
@@ -292,7 +319,7 @@ impl Rollout {
                     reasons.push(format!("breaks callers: {}", listed(&broken)));
                 }
                 HoldOn::NewImports => {
-                    if let Some(report) = report.filter(|r| !r.imports_added.is_empty()) {
+                    if !report.imports_added.is_empty() {
                         let added: Vec<String> = report
                             .imports_added
                             .iter()
@@ -400,19 +427,17 @@ mod tests {
         let report = report();
         assert!(
             Rollout::default()
-                .reasons(Some(&report), &["x".into()])
+                .reasons(&report, &["x".into()])
                 .is_empty()
         );
         assert_eq!(
-            Rollout::new(&["breaking"])
-                .unwrap()
-                .reasons(Some(&report), &[]),
+            Rollout::new(&["breaking"]).unwrap().reasons(&report, &[]),
             ["breaks callers: removes demo:x/api.gone, changes demo:x/api.broken"]
         );
         assert_eq!(
             Rollout::new(&["new-imports"])
                 .unwrap()
-                .reasons(Some(&report), &[]),
+                .reasons(&report, &[]),
             ["adds imports: wasi:http/outgoing-handler@0.2.9"]
         );
         // A compatible change holds nothing; nor does a first version,
@@ -422,14 +447,16 @@ mod tests {
             ..ChangeReport::default()
         };
         let all = Rollout::new(&["breaking", "new-imports", "beyond-grants"]).unwrap();
-        assert!(all.reasons(Some(&compatible), &[]).is_empty());
-        assert!(all.reasons(None, &[]).is_empty());
+        assert!(all.reasons(&compatible, &[]).is_empty());
+        assert!(all.reasons(&ChangeReport::default(), &[]).is_empty());
         assert_eq!(
-            Rollout::new(&["every"]).unwrap().reasons(None, &[]),
+            Rollout::new(&["every"])
+                .unwrap()
+                .reasons(&ChangeReport::default(), &[]),
             ["every new version waits for approval"]
         );
         assert_eq!(
-            all.reasons(None, &["sockets".into()]),
+            all.reasons(&ChangeReport::default(), &["sockets".into()]),
             ["uses what is not granted: sockets"]
         );
     }
@@ -440,9 +467,7 @@ mod tests {
             removed: (0..8).map(|i| format!("demo:x/api.t{i}\n")).collect(),
             ..ChangeReport::default()
         };
-        let reasons = Rollout::new(&["breaking"])
-            .unwrap()
-            .reasons(Some(&report), &[]);
+        let reasons = Rollout::new(&["breaking"]).unwrap().reasons(&report, &[]);
         assert_eq!(
             reasons,
             [

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::rollout::Ramp;
+pub use super::rollout::StoredCanary;
 
 use corral_core::sandbox::{DeploymentReuse, Reuse, ReuseError};
 
@@ -136,19 +136,6 @@ pub struct TenantIndex {
 /// Removed held versions a tenant's index remembers.
 pub const MAX_REJECTED: usize = 64;
 
-/// A canary as stored: where its ramp stands. The ramp is checked again
-/// when read back ([`Ramp::checked`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredCanary {
-    /// The candidate's digest.
-    pub candidate: String,
-    pub ramp: Ramp,
-    /// The step of the ramp it is at.
-    pub step: usize,
-    /// When that step began (milliseconds since the Unix epoch).
-    pub step_started_ms: i64,
-}
-
 impl TenantIndex {
     /// The versions serving now.
     pub fn active_versions(&self) -> Vec<&Version> {
@@ -162,12 +149,24 @@ impl TenantIndex {
         self.active.get(&version.name) == Some(&version.digest)
     }
 
+    /// Stores `version`: in place of the one with its digest, or added.
+    pub fn put(&mut self, version: &Version) {
+        match self
+            .versions
+            .iter_mut()
+            .find(|v| v.digest == version.digest)
+        {
+            Some(stored) => *stored = version.clone(),
+            None => self.versions.push(version.clone()),
+        }
+    }
+
     /// The percent of its deployment's tasks `digest` takes as a canary.
     pub fn canary_percent(&self, digest: &str) -> Option<u32> {
         self.canaries
             .values()
             .find(|c| c.candidate == digest)
-            .and_then(|c| c.ramp.steps().get(c.step).copied())
+            .map(StoredCanary::percent)
     }
 
     /// The canary of `deployment`, with its candidate's version.

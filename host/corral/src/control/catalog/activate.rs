@@ -71,7 +71,7 @@ impl Catalog {
                 Admission::Held(held) => {
                     if version.held != held {
                         version.held.clone_from(&held);
-                        replace(&mut tenant_index, &version);
+                        tenant_index.put(&version);
                         self.commit(&mut state, spec, tenant_index).await?;
                     }
                     tracing::warn!(tenant, digest = %version.digest, deployment = %version.name, held = %held.join("; "), "activation held for an operator's approval");
@@ -84,7 +84,7 @@ impl Catalog {
                 Admission::Canary(canary) => {
                     // The operator's ramp: a version that never served
                     // starts as its deployment's canary.
-                    let percent = canary.ramp.steps().first().copied();
+                    let percent = Some(canary.percent());
                     tenant_index.canaries.insert(version.name.clone(), canary);
                     self.commit(&mut state, spec, tenant_index).await?;
                     tracing::info!(tenant, digest = %version.digest, deployment = %version.name, ?percent, "activated as a canary");
@@ -106,7 +106,7 @@ impl Catalog {
         let was_held = !version.held.is_empty();
         version.held.clear();
         version.served = true;
-        replace(&mut tenant_index, &version);
+        tenant_index.put(&version);
         if approved {
             tenant_index.rejected.retain(|(d, _)| *d != version.digest);
         }
@@ -197,7 +197,7 @@ impl Catalog {
             ..report.cloned().unwrap_or_default()
         };
         let beyond = beyond_grants(&candidate.imports, &spec.tenant.capabilities);
-        let held = spec.rollout.reasons(Some(&gate), &beyond);
+        let held = spec.rollout.reasons(&gate, &beyond);
         if !held.is_empty() {
             return Ok(Admission::Held(held));
         }
@@ -236,16 +236,5 @@ impl Catalog {
             t.versions.iter().filter(|v| !v.held.is_empty()).count()
         });
         self.metrics.versions_held(tenant, held);
-    }
-}
-
-/// `version` in place of the stored one with its digest.
-fn replace(tenant_index: &mut TenantIndex, version: &Version) {
-    if let Some(stored) = tenant_index
-        .versions
-        .iter_mut()
-        .find(|v| v.digest == version.digest)
-    {
-        *stored = version.clone();
     }
 }

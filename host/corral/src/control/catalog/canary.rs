@@ -18,7 +18,7 @@ use super::{Catalog, ControlError, State, StoredCanary, TenantIndex, Version, no
 use corral_core::metrics::escape;
 use corral_core::sandbox::FailureClass;
 use corral_core::session::canary::WHOLE;
-use corral_core::session::{Counts, Deployment, Split};
+use corral_core::session::{Counts, Deployment, Side, Split};
 use corral_core::sync::lock;
 
 /// A canary serving now, as `status` and `/metrics` show it.
@@ -26,11 +26,7 @@ use corral_core::sync::lock;
 pub struct Live {
     pub tenant: String,
     pub deployment: String,
-    pub candidate: String,
-    /// The step of its ramp, and the percent of tasks it takes there.
-    pub step: usize,
-    pub steps: usize,
-    pub percent: u32,
+    pub canary: StoredCanary,
     pub split: Arc<Split>,
 }
 
@@ -51,8 +47,7 @@ impl Catalog {
         candidate: &Version,
     ) -> Result<(Deployment, PendingSplit), ControlError> {
         // As read back from the index, checked again.
-        let ramp = canary.ramp.clone().checked()?;
-        let percent = ramp.steps().get(canary.step).copied().unwrap_or(0);
+        canary.ramp.clone().checked()?;
         let split = match state
             .splits
             .get(&(tenant.to_owned(), deployment.to_owned()))
@@ -70,13 +65,11 @@ impl Catalog {
             deployment.to_owned(),
             canary.candidate.clone(),
             split,
-            percent * WHOLE / 100,
+            canary.percent() * WHOLE / 100,
         );
         Ok((component, pending))
     }
-}
 
-impl Catalog {
     /// Moves every canary's ramp on once a second, until `shutdown`.
     pub async fn run_canaries(self: Arc<Self>, shutdown: CancellationToken) {
         let mut ticks = tokio::time::interval(Duration::from_secs(1));
@@ -157,10 +150,7 @@ impl Catalog {
                 live.push(Live {
                     tenant: tenant.clone(),
                     deployment: deployment.clone(),
-                    candidate: canary.candidate.clone(),
-                    step: canary.step,
-                    steps: canary.ramp.steps().len(),
-                    percent: canary.ramp.steps().get(canary.step).copied().unwrap_or(0),
+                    canary: canary.clone(),
                     split: split.clone(),
                 });
                 kept.insert(key);
@@ -194,20 +184,21 @@ impl Catalog {
                 "corral_canary_percent{{tenant=\"{}\",deployment=\"{}\",candidate=\"{}\"}} {}",
                 escape(&c.tenant),
                 escape(&c.deployment),
-                escape(&c.candidate),
-                c.percent
+                escape(&c.canary.candidate),
+                c.canary.percent()
             );
         }
         text.push_str("# TYPE corral_canary_tasks_total counter\n");
         for c in &live {
             let (active, candidate) = c.split.counts();
-            for (side, counts) in [("active", active), ("candidate", candidate)] {
+            for (side, counts) in [(Side::Active, active), (Side::Candidate, candidate)] {
                 for (outcome, n) in outcomes(&counts) {
                     let _ = writeln!(
                         text,
-                        "corral_canary_tasks_total{{tenant=\"{}\",deployment=\"{}\",side=\"{side}\",outcome=\"{outcome}\"}} {n}",
+                        "corral_canary_tasks_total{{tenant=\"{}\",deployment=\"{}\",side=\"{}\",outcome=\"{outcome}\"}} {n}",
                         escape(&c.tenant),
                         escape(&c.deployment),
+                        side.as_str(),
                     );
                 }
             }
@@ -289,7 +280,7 @@ impl Change {
                 catalog.metrics.canary_rolled_back(tenant, 1);
             }
             Change::Step(step) => {
-                let percent = canary.ramp.steps().get(*step).copied().unwrap_or(0);
+                let percent = canary.ramp.percent(*step);
                 tracing::info!(%tenant, %deployment, %candidate, percent, "canary steps up");
             }
             Change::Promote => {

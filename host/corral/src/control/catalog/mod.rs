@@ -112,6 +112,23 @@ struct State {
 }
 
 impl State {
+    /// Only what serves (an active version or a canary's candidate) stays
+    /// compiled in memory; the rest is loaded from the compile cache when
+    /// asked for.
+    fn sweep(&mut self) {
+        let serving: std::collections::HashSet<&String> = self
+            .index
+            .tenants
+            .values()
+            .flat_map(|t| {
+                t.active
+                    .values()
+                    .chain(t.canaries.values().map(|c| &c.candidate))
+            })
+            .collect();
+        self.loaded.retain(|digest, _| serving.contains(digest));
+    }
+
     /// A copy of the tenant's index, and its version matching `digest`.
     fn version(&self, tenant: &str, digest: &str) -> Result<(TenantIndex, Version), ControlError> {
         let tenant_index = self.index.tenants.get(tenant).cloned().unwrap_or_default();
@@ -360,20 +377,7 @@ impl Catalog {
                 .splits
                 .insert((name.clone(), deployment), (candidate, split));
         }
-        // Only what serves stays compiled in memory; the rest is loaded
-        // from the compile cache when asked for.
-        let active: std::collections::HashSet<String> = state
-            .index
-            .tenants
-            .values()
-            .flat_map(|t| {
-                t.active
-                    .values()
-                    .chain(t.canaries.values().map(|c| &c.candidate))
-                    .cloned()
-            })
-            .collect();
-        state.loaded.retain(|digest, _| active.contains(digest));
+        state.sweep();
         self.canaries_changed(state);
         Ok(())
     }

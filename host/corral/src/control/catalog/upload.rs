@@ -4,8 +4,8 @@
 
 use super::activate::Admission;
 use super::{
-    Catalog, ControlError, NewVersion, State, StoredReuse, Uploaded, Version, VersionView,
-    beyond_grants, metadata, now_ms,
+    Catalog, ControlError, NewVersion, State, StoredCanary, StoredReuse, Uploaded, Version,
+    VersionView, beyond_grants, metadata, now_ms,
 };
 use crate::staging::StagedComponent;
 use corral_core::name::Name;
@@ -97,14 +97,7 @@ impl Catalog {
         }
         let was_active = tenant_index.is_active(&version);
         state.loaded.insert(digest.clone(), loaded.clone());
-        match tenant_index
-            .versions
-            .iter_mut()
-            .find(|s| s.digest == digest)
-        {
-            Some(stored) => *stored = version.clone(),
-            None => tenant_index.versions.push(version.clone()),
-        }
+        tenant_index.put(&version);
         let decided = async {
             let changes = self
                 .report(&mut state, &tenant_index, &version, &loaded)
@@ -145,21 +138,13 @@ impl Catalog {
             Some(Admission::Canary(canary)) => (false, Some(canary)),
         };
         version.served |= activate;
-        if let Some(stored) = tenant_index
-            .versions
-            .iter_mut()
-            .find(|s| s.digest == digest)
-        {
-            *stored = version.clone();
-        }
+        tenant_index.put(&version);
         if activate {
             tenant_index
                 .active
                 .insert(version.name.clone(), digest.clone());
         }
-        let canary_percent = canary
-            .as_ref()
-            .and_then(|c| c.ramp.steps().get(c.step).copied());
+        let canary_percent = canary.as_ref().map(StoredCanary::percent);
         // A new version (active or a canary) ends the deployment's canary;
         // the active bytes deployed again (a config change) do not.
         if (activate && !was_active) || canary.is_some() {
@@ -206,12 +191,12 @@ impl Catalog {
         ))
     }
 
-    /// A refused upload stores nothing: bytes it brought are forgotten (the
-    /// loaded copy goes with the next commit's sweep, unless something
-    /// serves those bytes).
+    /// A refused upload stores nothing: bytes it brought are forgotten,
+    /// and its compiled copy too unless something serves those bytes.
     fn abandon(&self, state: &mut State, digest: &str, already_stored: bool) {
         if !already_stored {
             self.store.forget_bytes(digest, &state.index);
         }
+        state.sweep();
     }
 }
