@@ -73,6 +73,19 @@ fn a_canary_takes_its_share_of_the_tasks_and_is_promoted_on_schedule() {
     assert_eq!(canary["candidate"], v2["digest"], "{status}");
     assert_eq!(canary["candidate_outcomes"]["Completed"], 2, "{status}");
     assert_eq!(canary["active_outcomes"]["Completed"], 2, "{status}");
+    let shown = host.cli(&host.tokens[0].token, &["status"]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains(&format!(
+            "  versioned: canary {} at 50% (step 1 of 1); candidate: Completed=2; active: Completed=2\n",
+            v2["digest"].as_str().unwrap()
+        )),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("running; outcomes: Completed=4\n"),
+        "{shown}"
+    );
     let scrape = host.scrape();
     assert!(
         scrape.contains(

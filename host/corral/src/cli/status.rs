@@ -71,20 +71,13 @@ pub async fn status(args: ConnOnly) -> ExitCode {
         s.host_in_use, s.host_max_concurrent
     );
     for t in &s.tenants {
-        let mut outcomes: Vec<(&String, &u64)> = t.outcomes.iter().collect();
-        outcomes.sort();
-        let outcomes: Vec<String> = outcomes.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!(
             "{}: {} of {} permits, {} running; outcomes: {}",
             t.name,
             t.in_use,
             t.max_concurrent,
             t.in_flight,
-            if outcomes.is_empty() {
-                "none yet".to_owned()
-            } else {
-                outcomes.join(" ")
-            }
+            outcomes_text(&t.outcomes)
         );
         println!("  serves: {}", t.activity_types.join(", "));
         println!(
@@ -112,15 +105,6 @@ pub async fn status(args: ConnOnly) -> ExitCode {
             println!("  {deployment}: active {digest}");
         }
         for c in &t.canaries {
-            let outcomes = |m: &std::collections::HashMap<String, u64>| {
-                let mut all: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                all.sort();
-                if all.is_empty() {
-                    "none yet".to_owned()
-                } else {
-                    all.join(" ")
-                }
-            };
             println!(
                 "  {}: canary {} at {}% (step {} of {}); candidate: {}; active: {}",
                 c.deployment,
@@ -128,8 +112,8 @@ pub async fn status(args: ConnOnly) -> ExitCode {
                 c.percent,
                 c.step + 1,
                 c.steps,
-                outcomes(&c.candidate_outcomes),
-                outcomes(&c.active_outcomes)
+                outcomes_text(&c.candidate_outcomes),
+                outcomes_text(&c.active_outcomes)
             );
         }
         for h in &t.held {
@@ -165,4 +149,14 @@ pub async fn status(args: ConnOnly) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Finished tasks by outcome, `Completed=3 Trap=1` (by name), or `none yet`.
+fn outcomes_text(outcomes: &std::collections::HashMap<String, u64>) -> String {
+    let sorted: std::collections::BTreeMap<_, _> = outcomes.iter().collect();
+    if sorted.is_empty() {
+        return "none yet".to_owned();
+    }
+    let shown: Vec<String> = sorted.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    shown.join(" ")
 }
