@@ -197,3 +197,57 @@ fn a_canary_that_fails_more_is_rolled_back_by_itself_and_nothing_in_flight_is_lo
     assert_eq!(redeployed["held"][0], reason, "{redeployed}");
     assert_eq!(tally(&answers(&host, 2)), BTreeMap::from([("v1", 2)]));
 }
+
+#[test]
+fn the_tenant_s_ramp_is_its_only_one_and_an_activation_ramps_too() {
+    let host = Host::new("");
+    let _corral = host.serve([
+        r#"rollout = { canary = { steps = [50], every = "1h" } }"#,
+        "",
+    ]);
+    let alpha = |args: &[&str]| host.cli(&host.tokens[0].token, args);
+    let v2_file = path(&example("v2/versioned"));
+    // A deployment's first version has nothing to share with: active.
+    let v1 = host.alpha(&["deploy", &path(&example("versioned")), "--json"]);
+    assert_eq!(v1["active"], true, "{v1}");
+
+    // The operator's ramp is the tenant's only one.
+    let own = alpha(&["deploy", &v2_file, "--canary", "99/1s"]);
+    assert!(!own.status.success(), "{}", text(&own));
+    assert!(
+        String::from_utf8_lossy(&own.stderr).contains(
+            "FailedPrecondition: tenant `alpha`'s rollout sets how its new versions ramp up (rollout.canary): a deploy cannot set its own canary"
+        ),
+        "{}",
+        text(&own)
+    );
+    // A ramp out of bounds is named before anything is sent.
+    let bad = alpha(&["deploy", &v2_file, "--canary", "50,10/1m"]);
+    assert!(!bad.status.success(), "{}", text(&bad));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains(
+            "steps: 1 to 10 percentages from 1 to 99, each over the one before; got [50, 10]"
+        ),
+        "{}",
+        text(&bad)
+    );
+
+    // Stored inactive, then activated: the tenant's ramp applies there too.
+    let v2 = host.alpha(&["deploy", &v2_file, "--inactive", "--json"]);
+    assert_eq!(
+        (&v2["active"], &v2["canary_percent"]),
+        (&Value::Bool(false), &Value::from(0))
+    );
+    let activated = alpha(&["activate", v2["digest"].as_str().unwrap()]);
+    assert!(activated.status.success(), "{}", text(&activated));
+    assert!(
+        String::from_utf8_lossy(&activated.stdout)
+            .contains("is a canary taking 50% of its deployment's tasks"),
+        "{}",
+        text(&activated)
+    );
+    assert_eq!(
+        tally(&answers(&host, 4)),
+        BTreeMap::from([("v1", 2), ("v2", 2)])
+    );
+}

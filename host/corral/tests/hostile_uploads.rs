@@ -178,10 +178,6 @@ fn labels_and_config_are_bounded_counted_and_never_the_hosts() {
 fn a_reuse_out_of_bounds_sent_past_the_cli_is_refused_and_stores_nothing() {
     let host = Host::new("");
     let _corral = host.serve(["", ""]);
-    let bytes = std::fs::read(example("progress")).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let endpoint = format!("http://127.0.0.1:{}", host.admin());
-    let token = host.tokens[0].token.clone();
     for (reuse, says) in [
         (
             (1, 60_000),
@@ -193,31 +189,17 @@ fn a_reuse_out_of_bounds_sent_past_the_cli_is_refused_and_stores_nothing() {
             "idle: must be more than 0 and at most 1h, got 7200s",
         ),
     ] {
-        let mut messages = vec![proto::UploadRequest {
-            part: Some(upload_request::Part::Header(proto::UploadHeader {
+        let status = raw_upload(
+            &host,
+            proto::UploadHeader {
                 name: "warm".into(),
-                size: bytes.len() as u64,
                 reuse: Some(proto::Reuse {
                     max_tasks: reuse.0,
                     idle_ms: reuse.1,
                 }),
                 ..Default::default()
-            })),
-        }];
-        messages.extend(bytes.chunks(1 << 20).map(|chunk| proto::UploadRequest {
-            part: Some(upload_request::Part::Chunk(chunk.to_vec())),
-        }));
-        let status = runtime.block_on(async {
-            let mut client = AdminClient::connect(endpoint.clone()).await.unwrap();
-            let mut request = tonic::Request::new(tokio_stream::iter(messages));
-            request
-                .metadata_mut()
-                .insert("authorization", format!("Bearer {token}").parse().unwrap());
-            client.upload(request).await
-        });
-        let Err(status) = status else {
-            panic!("{reuse:?} was accepted")
-        };
+            },
+        );
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
         assert!(
             status.message().contains("the deployment's reuse: ")
@@ -227,6 +209,90 @@ fn a_reuse_out_of_bounds_sent_past_the_cli_is_refused_and_stores_nothing() {
     }
     let listed = host.alpha(&["ls", "--json"]);
     assert!(!listed.to_string().contains("\"warm\""), "{listed}");
+}
+
+#[test]
+fn a_canary_out_of_bounds_sent_past_the_cli_is_refused_briefly_and_stores_nothing() {
+    let host = Host::new("");
+    let _corral = host.serve(["", ""]);
+    let canary = |steps: Vec<u32>, every_ms: u64, margin: u32, min_tasks: u32| proto::Canary {
+        steps_percent: steps,
+        every_ms,
+        margin_percent: margin,
+        min_tasks,
+    };
+    for (ramp, says) in [
+        (
+            canary(vec![50, 10], 60_000, 5, 20),
+            "steps: 1 to 10 percentages from 1 to 99, each over the one before; got [50, 10]",
+        ),
+        (canary(vec![100], 60_000, 5, 20), "got [100]"),
+        // A million steps: refused in a message of a few hundred bytes.
+        (
+            canary((0..1_000_000).collect(), 60_000, 5, 20),
+            "(1000000 steps)",
+        ),
+        (canary(vec![10], 0, 5, 20), "every: from 1s to 24h, got 0ns"),
+        (
+            canary(vec![10], 60_000, 101, 20),
+            "margin: percentage points from 0 to 100, got 101",
+        ),
+        (
+            canary(vec![10], 60_000, 5, 0),
+            "min_tasks: from 1 to 1000000, got 0",
+        ),
+    ] {
+        let status = raw_upload(
+            &host,
+            proto::UploadHeader {
+                name: "ramped".into(),
+                canary: Some(ramp),
+                ..Default::default()
+            },
+        );
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(
+            status.message().starts_with("the canary's ") && status.message().contains(says),
+            "{status:?}"
+        );
+        assert!(
+            status.message().len() < 512,
+            "{} bytes",
+            status.message().len()
+        );
+    }
+    let listed = host.alpha(&["ls", "--json"]);
+    assert!(!listed.to_string().contains("\"ramped\""), "{listed}");
+}
+
+/// Uploads `progress` with `header` through a raw gRPC client, as tenant
+/// alpha (skipping every check the CLI makes); the refusal expected.
+fn raw_upload(host: &Host, header: proto::UploadHeader) -> tonic::Status {
+    let bytes = std::fs::read(example("progress")).unwrap();
+    let mut messages = vec![proto::UploadRequest {
+        part: Some(upload_request::Part::Header(proto::UploadHeader {
+            size: bytes.len() as u64,
+            ..header
+        })),
+    }];
+    messages.extend(bytes.chunks(1 << 20).map(|chunk| proto::UploadRequest {
+        part: Some(upload_request::Part::Chunk(chunk.to_vec())),
+    }));
+    let endpoint = format!("http://127.0.0.1:{}", host.admin());
+    let token = host.tokens[0].token.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let answer = runtime.block_on(async {
+        let mut client = AdminClient::connect(endpoint).await.unwrap();
+        let mut request = tonic::Request::new(tokio_stream::iter(messages));
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        client.upload(request).await
+    });
+    match answer {
+        Ok(stored) => panic!("accepted: {stored:?}"),
+        Err(status) => status,
+    }
 }
 
 #[test]
