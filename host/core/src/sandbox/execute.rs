@@ -33,6 +33,7 @@ use super::http::HttpPolicy;
 use super::limits::{Limiter, Limits};
 use super::observer::{Stream, TaskObserver, Unobserved};
 use super::outcome::{Ended, Ending, classify_ending, finish, json_len};
+use super::shadow::Tape;
 use super::signature::ActivityType;
 use super::stdio::{Capture, GuestOutput};
 use super::task_id::TaskLabels;
@@ -56,6 +57,10 @@ pub struct Task {
     /// grace period the instance is interrupted.
     pub cancel: CancellationToken,
     pub observer: Arc<dyn TaskObserver>,
+    /// Shadow replay's tape: the task's outbound HTTP recorded, or
+    /// answered from a recording. A task with one runs in a fresh
+    /// instance, whatever its tenant's reuse.
+    pub tape: Option<Arc<Tape>>,
 }
 
 impl Task {
@@ -71,6 +76,7 @@ impl Task {
             deadline: None,
             cancel: CancellationToken::new(),
             observer: UNOBSERVED.clone(),
+            tape: None,
         }
     }
 }
@@ -97,7 +103,12 @@ impl Sandbox {
         // A warm instance of this component, if the tenant reuses them and
         // one is idle: its output capture carries on (the streams its guest
         // kept write to it), under this task's labels and budget.
-        let warm = tenant.warm.take(component.id);
+        // A recorded or replayed task starts from the component's own
+        // state, as a replay of it will.
+        let warm = match task.tape {
+            Some(_) => None,
+            None => tenant.warm.take(component.id),
+        };
         let carried = warm.as_ref().map(|w| Carried {
             capture: w.store.data().capture.clone(),
             born: w.born,
@@ -110,9 +121,8 @@ impl Sandbox {
         } = prepare(
             tenant,
             activity,
-            task.info,
-            &task.observer,
-            &task.cancel,
+            std::mem::take(&mut task.info),
+            &task,
             timeout,
             carried,
         )
@@ -174,7 +184,12 @@ impl Sandbox {
             },
         );
         let refusals = data.http_policy.refusals();
+        if let Some(tape) = &task.tape {
+            let budget = limits.fuel.unwrap_or(u64::MAX);
+            tape.set_fuel(budget.saturating_sub(store.get_fuel().unwrap_or(budget)));
+        }
         if let Some(instance) = instance
+            && task.tape.is_none()
             && tenant.warm.would_keep(tasks + 1)
             && returned
             && refusals.is_empty()
@@ -347,11 +362,16 @@ fn prepare(
     tenant: &PreparedTenant,
     activity: &ActivityType,
     info: TaskInfo,
-    observer: &Arc<dyn TaskObserver>,
-    cancel: &CancellationToken,
+    task: &Task,
     timeout: Option<Duration>,
     carried: Option<Carried>,
 ) -> Result<Prepared, String> {
+    let Task {
+        observer,
+        cancel,
+        tape,
+        ..
+    } = task;
     let limits = &tenant.limits;
     // Shared by the output capture, the HTTP policy and the store.
     let labels = Arc::new(TaskLabels {
@@ -390,6 +410,7 @@ fn prepare(
         limits.max_http_requests,
         limits.max_http_bytes,
         labels.clone(),
+        tape.clone(),
     );
     let mut table = ResourceTable::new();
     table.set_max_capacity(limits.max_handles);

@@ -20,6 +20,7 @@ mod limits;
 mod observer;
 mod outcome;
 mod secrets;
+pub mod shadow;
 mod signature;
 mod stdio;
 mod task_id;

@@ -82,10 +82,10 @@ pub struct SecretShadows {
 }
 
 /// A granted directory, opened once when the tenant was prepared.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct OpenDir {
     /// Held open: the grant is this directory, wherever it is moved to.
-    _handle: std::fs::File,
+    _handle: Arc<std::fs::File>,
     /// Where each task's context reopens it: the handle's own entry in
     /// `/proc/self/fd`, or the granted path where there is none.
     path: PathBuf,
@@ -111,6 +111,8 @@ pub struct PreparedTenant {
     /// Its instances between tasks, if it reuses them (a clone starts
     /// with none: see `warm`).
     pub(crate) warm: WarmPool,
+    /// Where its attempts are recorded for shadow replay, if they are.
+    pub shadow: Option<super::shadow::SamplerRef>,
 }
 
 impl std::fmt::Debug for PreparedTenant {
@@ -165,6 +167,7 @@ impl Sandbox {
             dirs: dirs.into(),
             config,
             env,
+            shadow: None,
         })
     }
 }
@@ -193,6 +196,23 @@ impl PreparedTenant {
             warm: self.warm.with(reuse),
             ..self.clone()
         })
+    }
+
+    /// The same tenant with every granted directory read-only: shadow
+    /// replay's, whose tasks must change nothing.
+    pub fn read_only(&self) -> PreparedTenant {
+        let dirs: Arc<[OpenDir]> = self
+            .dirs
+            .iter()
+            .map(|d| OpenDir {
+                perms: FsPerms::ReadOnly,
+                ..d.clone()
+            })
+            .collect();
+        PreparedTenant {
+            dirs,
+            ..self.clone()
+        }
     }
 
     pub(crate) fn config_vars(&self) -> Arc<WasiConfigVariables> {
@@ -284,7 +304,7 @@ fn open_dirs(capabilities: &Capabilities) -> Result<Vec<OpenDir>, PolicyError> {
             grant.host.clone()
         };
         dirs.push(OpenDir {
-            _handle: handle,
+            _handle: Arc::new(handle),
             path,
             guest: grant.guest.clone(),
             perms: match grant.mode {

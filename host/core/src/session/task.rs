@@ -14,6 +14,7 @@ use super::{
 };
 use crate::backoff::Backoff;
 use crate::metrics::COMPLETED;
+use crate::sandbox::shadow::{Attempt, Ending, MAX_ATTEMPT_BYTES, Sampler, Tape};
 use crate::sandbox::{
     Failure, FailureClass, Outcome, RetryPolicy, Task, convert, listed_names, shown_name,
 };
@@ -129,6 +130,7 @@ async fn execute(
             return (invalid, route.activity);
         }
     };
+    let recording = Recording::of(&route, &args);
     let task = Task {
         activity_type: route.activity.clone(),
         args,
@@ -136,6 +138,7 @@ async fn execute(
         deadline,
         cancel: entry.cancel.clone(),
         observer: progress.clone(),
+        tape: recording.as_ref().map(|r| r.tape.clone()),
     };
     // The type slot (for a type with its own limit), then the host slot
     // are taken here, in arrival order, and held while the guest runs; the
@@ -173,7 +176,67 @@ async fn execute(
         )
         .await;
     route.record(&outcome);
+    if let Some(recording) = recording {
+        recording.offer(&route, &outcome);
+    }
     (outcome, route.activity)
+}
+
+/// A task of a type its tenant records for shadow replay: its arguments
+/// and its tape, until it has ended.
+struct Recording {
+    sampler: Arc<dyn Sampler>,
+    args: Vec<Value>,
+    tape: Arc<Tape>,
+}
+
+impl Recording {
+    /// Recorded when its tenant records its type, it runs on the active
+    /// version (a canary's candidate is not what replay compares against),
+    /// and its arguments hold no secret and fit one attempt's bound.
+    fn of(route: &super::Route, args: &[Value]) -> Option<Recording> {
+        let sampler = route.tenant.shadow.as_ref()?.0.clone();
+        let candidate = matches!(route.side, Some((_, super::Side::Candidate)));
+        if candidate || !sampler.records(&route.activity) {
+            return None;
+        }
+        let text = serde_json::to_string(args).ok()?;
+        let secrets = &route.tenant.capabilities.secrets;
+        if text.len() > MAX_ATTEMPT_BYTES || secrets.redact(&text) != text {
+            // Too big to keep, or it holds a secret's value.
+            return None;
+        }
+        Some(Recording {
+            sampler,
+            args: args.to_vec(),
+            tape: Tape::record(text.len()),
+        })
+    }
+
+    fn offer(self, route: &super::Route, outcome: &Outcome) {
+        // A cancel or the host's own fault says nothing of the version.
+        if let Err(f) = outcome
+            && matches!(f.class, FailureClass::Cancelled | FailureClass::Host)
+        {
+            return;
+        }
+        let secrets = &route.tenant.capabilities.secrets;
+        let Some(exchanges) = self.tape.recorded(secrets) else {
+            return;
+        };
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        self.sampler.offer(Attempt {
+            activity_type: route.activity.clone(),
+            version: route.component.digest.clone(),
+            args: self.args,
+            ending: Ending::of(outcome),
+            exchanges,
+            fuel: self.tape.fuel(),
+            at_ms,
+        });
+    }
 }
 
 /// Why a task's input is not arguments for its activity.

@@ -531,7 +531,7 @@ fn print_outbound_http(c: &proto::Component) {
 
 fn print_activity_types(c: &proto::Component) {
     for a in &c.activity_types {
-        println!("  {}{}", a.name, a.signature);
+        println!("  {}: {}", a.name, a.signature);
     }
 }
 

@@ -79,6 +79,7 @@ pub(super) fn print(report: &proto::ChangeReport) {
         && report.beyond_grants.is_empty();
     if nothing {
         println!("no change to activity types or imports");
+        print_replay(report);
         return;
     }
     for a in &report.added {
@@ -107,6 +108,7 @@ pub(super) fn print(report: &proto::ChangeReport) {
     for what in &report.beyond_grants {
         println!("not granted: {what}");
     }
+    print_replay(report);
     println!(
         "{}",
         if report.breaks_callers {
@@ -115,6 +117,22 @@ pub(super) fn print(report: &proto::ChangeReport) {
             "compatible with callers of the old version"
         }
     );
+}
+
+/// What a deploy's shadow replay found, for people.
+fn print_replay(report: &proto::ChangeReport) {
+    for t in &report.replayed {
+        println!(
+            "replayed: {}: {} of {} recorded attempts agreed ({} not steady on the active version); fuel per attempt {} -> {}",
+            t.name, t.agreed, t.replayed, t.unsteady, t.fuel_active, t.fuel_candidate
+        );
+        for difference in &t.differences {
+            println!("  {difference}");
+        }
+    }
+    if report.replay_cut_short {
+        println!("replay: stopped at its time budget before every recorded attempt ran");
+    }
 }
 
 /// A change report for scripts (`diff --json`, and `deploy --json` under
@@ -130,6 +148,22 @@ pub(super) fn changes_json(c: &proto::ChangeReport) -> Value {
     });
     if !c.beyond_grants.is_empty() {
         doc["beyond_grants"] = json!(c.beyond_grants);
+    }
+    if !c.replayed.is_empty() {
+        doc["replayed"] = c
+            .replayed
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.name, "replayed": t.replayed, "agreed": t.agreed,
+                    "unsteady": t.unsteady, "new_failures": t.new_failures,
+                    "differences": t.differences,
+                    "fuel_active": t.fuel_active, "fuel_candidate": t.fuel_candidate,
+                    "micros_active": t.micros_active, "micros_candidate": t.micros_candidate,
+                })
+            })
+            .collect();
+        doc["replay_cut_short"] = c.replay_cut_short.into();
     }
     if !c.against.is_empty() {
         doc["against"] = c.against.clone().into();

@@ -269,6 +269,9 @@ pub async fn run(
         |permits, t| permits.with_type_limits(&t.tenant.name, t.type_limits.clone()),
     );
     let session = Session::new(sandbox, registry.clone(), metrics.clone(), permits.clone());
+    // Shadow replays run guests on the session's threads, under each
+    // tenant's share, like its tasks.
+    catalog.run_guests_on(session.cpu.clone());
     let mut runtime = None;
     let mut connections = Connections::default();
     let mut connectors: Vec<Arc<dyn Connector>> = Vec::new();
@@ -398,6 +401,9 @@ pub async fn run(
     while let Some(done) = serving.join_next().await {
         done?;
     }
+    // Every task has ended: what they recorded is written before the host
+    // goes.
+    catalog.samples().flush();
     endpoints.cancel();
     for listener in listeners {
         let _ = listener.await;

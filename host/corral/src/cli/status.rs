@@ -57,6 +57,11 @@ pub async fn status(args: ConnOnly) -> ExitCode {
                         "digest": h.digest,
                         "reasons": h.reasons,
                     })).collect::<Vec<_>>(),
+                    "recorded": t.recorded.iter().map(|r| json!({
+                        "name": r.name,
+                        "attempts": r.attempts,
+                        "bytes": r.bytes,
+                    })).collect::<Vec<_>>(),
                 })
             })
             .collect();
@@ -122,6 +127,12 @@ pub async fn status(args: ConnOnly) -> ExitCode {
                 h.deployment,
                 h.digest,
                 h.reasons.join("; ")
+            );
+        }
+        for r in &t.recorded {
+            println!(
+                "  {}: {} attempts recorded for shadow replay ({} bytes)",
+                r.name, r.attempts, r.bytes
             );
         }
         for f in &t.following {

@@ -13,6 +13,7 @@ use super::source::{ComponentSource, RawCredential, credentials, follows};
 use super::values::{bytes, duration, positive, size, token_hash};
 use super::{ConfigError, invalid};
 use crate::control::rollout::{Ramp, Rollout};
+use crate::control::shadow::Shadow;
 use crate::oci::{Credential, RepositoryPrefix};
 use crate::token::TokenHash;
 use corral_core::name::Name;
@@ -107,6 +108,24 @@ struct RawRollout {
     #[serde(default)]
     hold: Vec<String>,
     canary: Option<RawCanary>,
+    shadow: Option<RawShadow>,
+}
+
+/// `shadow = { types = ["shout"], sample = 50, expire = "24h",
+/// max_bytes = "16MiB", min_agreement = 100 }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawShadow {
+    types: Vec<String>,
+    #[serde(default = "default_sample")]
+    sample: u32,
+    expire: Option<String>,
+    max_bytes: Option<String>,
+    min_agreement: Option<u32>,
+}
+
+fn default_sample() -> u32 {
+    crate::control::shadow::DEFAULT_SAMPLE
 }
 
 /// `canary = { steps = [10, 50], every = "5m", margin = 5, min_tasks = 20 }`.
@@ -341,6 +360,24 @@ pub(super) fn parse(
                             .map_err(|e| invalid(key("rollout.canary.every"), e))?;
                         Ramp::new(c.steps.clone(), every, c.margin, c.min_tasks)
                             .map_err(|e| invalid(key("rollout.canary"), e))
+                    })
+                    .transpose()?;
+                rollout.shadow = r
+                    .shadow
+                    .as_ref()
+                    .map(|sh| {
+                        let expire = duration(
+                            sh.expire.as_deref(),
+                            crate::control::shadow::DEFAULT_EXPIRE,
+                            &key("rollout.shadow.expire"),
+                        )?;
+                        let max_bytes = bytes(
+                            sh.max_bytes.as_deref(),
+                            crate::control::shadow::DEFAULT_MAX_BYTES,
+                            &key("rollout.shadow.max_bytes"),
+                        )?;
+                        Shadow::new(&sh.types, sh.sample, expire, max_bytes, sh.min_agreement)
+                            .map_err(|e| invalid(key("rollout.shadow"), e))
                     })
                     .transpose()?;
                 rollout

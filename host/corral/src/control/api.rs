@@ -16,7 +16,7 @@ use super::follow::{FollowState, Follower};
 use super::proto::{self, admin_server::Admin, run_response, upload_request};
 use super::rollout::Ramp;
 use super::shapes::failure_to_proto;
-pub use super::shapes::{changes_to_proto, outbound_http, to_proto};
+pub use super::shapes::{changes_to_proto, outbound_http, replay_to_proto, to_proto};
 use super::store::StoredReuse;
 use crate::connectors::local::{Local, Submission};
 use crate::oci::Registries;
@@ -293,6 +293,7 @@ impl Admin for AdminService {
                 .await
                 .map_err(status)?;
             let beyond_grants = uploaded.beyond_grants;
+            let replay = uploaded.replay.unwrap_or_default();
             Ok::<_, Status>(proto::UploadResponse {
                 component: Some(to_proto(&view)),
                 already_stored: uploaded.already_stored,
@@ -300,6 +301,8 @@ impl Admin for AdminService {
                     .changes
                     .map(|(against, report)| proto::ChangeReport {
                         beyond_grants,
+                        replayed: replay_to_proto(&replay),
+                        replay_cut_short: replay.cut_short,
                         ..changes_to_proto(against, &report)
                     }),
             })
@@ -447,10 +450,22 @@ impl Admin for AdminService {
                     .into_iter()
                     .map(|s| following(s, &active, &held))
                     .collect();
+                let recorded = self
+                    .catalog
+                    .samples()
+                    .summary(&name)
+                    .into_iter()
+                    .map(|s| proto::RecordedType {
+                        name: s.activity_type,
+                        attempts: saturate(s.attempts),
+                        bytes: s.bytes,
+                    })
+                    .collect();
                 proto::TenantStatus {
                     active,
                     held,
                     canaries,
+                    recorded,
                     cpu_weight: share.weight.get(),
                     cpu_max: share.max.map_or(0.0, |max| max.cores()),
                     cpu_seconds: cpu.used.as_secs_f64(),

@@ -18,6 +18,7 @@ mod pull;
 pub mod quota;
 pub mod rollout;
 pub mod server;
+pub mod shadow;
 mod shapes;
 pub mod store;
 

@@ -59,6 +59,15 @@ impl Quota {
     }
 }
 
+impl Quota {
+    /// What `max_stored` leaves beside the tenant's versions: the room its
+    /// recorded attempts may take.
+    pub fn room(&self, index: &TenantIndex) -> u64 {
+        let stored: u64 = index.versions.iter().map(Version::stored_bytes).sum();
+        self.bytes.saturating_sub(stored)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

@@ -82,6 +82,9 @@ pub struct Rollout {
     hold: BTreeSet<HoldOn>,
     /// How its new versions ramp up, when they do.
     pub canary: Option<Ramp>,
+    /// Which of its attempts are recorded, and the agreement a candidate
+    /// needs on their replay.
+    pub shadow: Option<super::shadow::Shadow>,
 }
 
 /// A canary's ramp: the candidate takes `steps` percent of its deployment's
@@ -282,7 +285,11 @@ impl Rollout {
             .iter()
             .map(|w| w.as_ref().parse())
             .collect::<Result<_, _>>()?;
-        Ok(Rollout { hold, canary: None })
+        Ok(Rollout {
+            hold,
+            canary: None,
+            shadow: None,
+        })
     }
 
     /// What it holds on, in order.
@@ -294,9 +301,20 @@ impl Rollout {
     /// activate by itself. `report` is what it changes against the active
     /// version (empty when nothing of the deployment serves yet), its
     /// `imports_added` what nothing the tenant serves imports; `beyond` the
-    /// capabilities it imports that the tenant is not granted.
-    pub fn reasons(&self, report: &ChangeReport, beyond: &[String]) -> Vec<String> {
+    /// capabilities it imports that the tenant is not granted; `replay`
+    /// what its replay of the tenant's recorded attempts found.
+    pub fn reasons(
+        &self,
+        report: &ChangeReport,
+        beyond: &[String],
+        replay: Option<&super::shadow::ReplayReport>,
+    ) -> Vec<String> {
         let mut reasons = Vec::new();
+        if let (Some(shadow), Some(replay)) = (&self.shadow, replay)
+            && let Some(held) = shadow.holds(replay)
+        {
+            reasons.push(held);
+        }
         for hold in &self.hold {
             match hold {
                 HoldOn::Every => reasons.push("every new version waits for approval".to_owned()),
@@ -427,17 +445,19 @@ mod tests {
         let report = report();
         assert!(
             Rollout::default()
-                .reasons(&report, &["x".into()])
+                .reasons(&report, &["x".into()], None)
                 .is_empty()
         );
         assert_eq!(
-            Rollout::new(&["breaking"]).unwrap().reasons(&report, &[]),
+            Rollout::new(&["breaking"])
+                .unwrap()
+                .reasons(&report, &[], None),
             ["breaks callers: removes demo:x/api.gone, changes demo:x/api.broken"]
         );
         assert_eq!(
             Rollout::new(&["new-imports"])
                 .unwrap()
-                .reasons(&report, &[]),
+                .reasons(&report, &[], None),
             ["adds imports: wasi:http/outgoing-handler@0.2.9"]
         );
         // A compatible change holds nothing; nor does a first version,
@@ -447,16 +467,16 @@ mod tests {
             ..ChangeReport::default()
         };
         let all = Rollout::new(&["breaking", "new-imports", "beyond-grants"]).unwrap();
-        assert!(all.reasons(&compatible, &[]).is_empty());
-        assert!(all.reasons(&ChangeReport::default(), &[]).is_empty());
+        assert!(all.reasons(&compatible, &[], None).is_empty());
+        assert!(all.reasons(&ChangeReport::default(), &[], None).is_empty());
         assert_eq!(
             Rollout::new(&["every"])
                 .unwrap()
-                .reasons(&ChangeReport::default(), &[]),
+                .reasons(&ChangeReport::default(), &[], None),
             ["every new version waits for approval"]
         );
         assert_eq!(
-            all.reasons(&ChangeReport::default(), &["sockets".into()]),
+            all.reasons(&ChangeReport::default(), &["sockets".into()], None),
             ["uses what is not granted: sockets"]
         );
     }
@@ -467,7 +487,9 @@ mod tests {
             removed: (0..8).map(|i| format!("demo:x/api.t{i}\n")).collect(),
             ..ChangeReport::default()
         };
-        let reasons = Rollout::new(&["breaking"]).unwrap().reasons(&report, &[]);
+        let reasons = Rollout::new(&["breaking"])
+            .unwrap()
+            .reasons(&report, &[], None);
         assert_eq!(
             reasons,
             [

@@ -83,9 +83,31 @@ pub fn changes_to_proto(against: String, report: &ChangeReport) -> proto::Change
         imports_added: report.imports_added.clone(),
         imports_removed: report.imports_removed.clone(),
         breaks_callers: report.breaks_callers(),
-        // The tenant's grants are the catalog's to say (the upload's).
+        // The tenant's grants and its replay are the catalog's to say (the
+        // upload's).
         beyond_grants: Vec::new(),
+        replayed: Vec::new(),
+        replay_cut_short: false,
     }
+}
+
+pub fn replay_to_proto(report: &crate::control::shadow::ReplayReport) -> Vec<proto::TypeReplay> {
+    report
+        .types
+        .iter()
+        .map(|t| proto::TypeReplay {
+            name: t.name.clone(),
+            replayed: t.replayed,
+            agreed: t.agreed,
+            unsteady: t.unsteady,
+            new_failures: t.new_failures,
+            differences: t.differences.clone(),
+            fuel_active: t.fuel_active,
+            fuel_candidate: t.fuel_candidate,
+            micros_active: t.micros_active,
+            micros_candidate: t.micros_candidate,
+        })
+        .collect()
 }
 
 /// What outbound HTTP a component with these imports gets from a tenant

@@ -300,6 +300,11 @@ impl Store {
     }
 
     /// Where precompiled artifacts go.
+    /// The data directory; `None` in memory.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
     pub fn compiled_dir(&self) -> Option<PathBuf> {
         self.dir.as_ref().map(|d| d.join("compiled"))
     }

@@ -24,6 +24,8 @@ use meter::{ByteBudget, Direction, Metered};
 
 use super::destination::{HttpGrant, special_range};
 use super::secrets::Secrets;
+use super::shadow::Tape;
+use super::shadow::tape::GuestRequest;
 use super::task_id::TaskLabels;
 use crate::sync::lock;
 
@@ -122,6 +124,9 @@ pub(crate) struct HttpPolicy {
     /// Made at the task's first request: a task that sends none (most do
     /// not) allocates nothing for outbound HTTP.
     traffic: Option<Traffic>,
+    /// Shadow replay's: the task's HTTP recorded, or answered from a
+    /// recording instead of the network.
+    tape: Option<Arc<Tape>>,
 }
 
 /// What a task's requests share, in flight or refused.
@@ -140,6 +145,7 @@ impl HttpPolicy {
         max_requests: u32,
         max_bytes: u64,
         labels: Arc<TaskLabels>,
+        tape: Option<Arc<Tape>>,
     ) -> Self {
         HttpPolicy {
             grants,
@@ -149,6 +155,7 @@ impl HttpPolicy {
             max_bytes,
             labels,
             traffic: None,
+            tape,
         }
     }
 
@@ -268,6 +275,9 @@ impl WasiHttpHooks for HttpPolicy {
     ) -> Sent {
         let traffic = self.traffic();
         let shown = shown(&request, &self.secrets);
+        // As the guest wrote it, placeholders and all: what a recording
+        // keeps and a replay matches.
+        let guest_request = self.tape.as_ref().map(|_| GuestRequest::of(&request));
         let (host, port, grants) = match self.check(&request, &shown) {
             Ok(checked) => checked,
             Err(refusal) => return traffic.refuse(refusal),
@@ -285,6 +295,7 @@ impl WasiHttpHooks for HttpPolicy {
             });
         };
         self.requests_left = left;
+        let mut recording = None;
         // Under the guest's span; the next hop's parent is this span.
         // The method is the guest's text too.
         let method = crate::shown::shown(&self.secrets.redact(request.method().as_str()), 32);
@@ -299,6 +310,37 @@ impl WasiHttpHooks for HttpPolicy {
             && let Ok(value) = hyper::http::HeaderValue::from_str(&parent)
         {
             request.headers_mut().insert("traceparent", value);
+        }
+        if let (Some(tape), Some(guest)) = (&self.tape, guest_request) {
+            if tape.replaying() {
+                // Answered from the recording: nothing goes out.
+                let tape = tape.clone();
+                // The task's body is read against its byte budget, as if
+                // it went out.
+                let sent = Metered::wrap(
+                    request.into_body(),
+                    traffic.bytes.clone(),
+                    Direction::Request,
+                );
+                return Box::new(
+                    async move {
+                        let response = tape
+                            .answer(&guest, sent)
+                            .await
+                            .map_err(|_| wasmtime_wasi_http::Error::HttpRequestDenied)?;
+                        tracing::Span::current().record("status", response.status().as_u16());
+                        let response = response
+                            .map(|body| Metered::wrap(body, traffic.bytes, Direction::Response));
+                        let worker: send::Worker = Box::new(async { Ok(()) });
+                        Ok((response, worker))
+                    }
+                    .instrument(span),
+                );
+            }
+            let (parts, body) = request.into_parts();
+            let (body, slot) = tape.send(&guest, body);
+            request = hyper::http::Request::from_parts(parts, body);
+            recording = slot;
         }
         let bare = send::bare_host(request.uri()).unwrap_or(&host).to_owned();
         Box::new(
@@ -321,6 +363,10 @@ impl WasiHttpHooks for HttpPolicy {
                     request.map(|body| Metered::wrap(body, budget.clone(), Direction::Request));
                 let (response, worker) = send::send(request, options, reachable).await?;
                 tracing::Span::current().record("status", response.status().as_u16());
+                let response = match &recording {
+                    Some(slot) => slot.response(response),
+                    None => response,
+                };
                 let response =
                     response.map(|body| Metered::wrap(body, budget, Direction::Response));
                 Ok((response, worker))
@@ -344,6 +390,7 @@ mod tests {
             1,
             0,
             Arc::default(),
+            None,
         )
     }
 

@@ -1,4 +1,5 @@
-//! `reuse` and `rollout` (per tenant) and `max_warm_instances` (per host).
+//! `reuse` and `rollout` (gates, canaries, shadow replay; per tenant) and
+//! `max_warm_instances` (per host).
 
 use std::path::Path;
 use std::time::Duration;
@@ -98,6 +99,61 @@ fn rollout_holds_nothing_unless_a_tenant_sets_it_and_a_bad_word_is_named() {
             "`acme`).rollout.canary: margin: percentage points from 0 to 100, got 101",
         ),
         ("rollout = { gate = [] }", "unknown field `gate`"),
+    ] {
+        let said = parse(setting).unwrap_err().to_string();
+        assert!(said.contains(problem), "{setting}: {said}");
+    }
+}
+
+#[test]
+fn rollout_shadow_records_only_named_types_within_bounds_and_a_bad_value_is_keyed() {
+    let parse = |extra: &str| {
+        Config::parse(
+            &GOOD.replace("name = \"acme\"", &format!("name = \"acme\"\n{extra}")),
+            Path::new("."),
+        )
+    };
+    assert_eq!(parse("").unwrap().tenants[0].rollout.shadow, None);
+    let set = parse(
+        "rollout = { shadow = { types = [\"demo:x/api.a\"], expire = \"2h\", max_bytes = \"1MiB\", min_agreement = 90 } }",
+    )
+    .unwrap();
+    let shadow = set.tenants[0].rollout.shadow.clone().unwrap();
+    assert!(shadow.records("demo:x/api.a") && !shadow.records("demo:x/api.b"));
+    assert_eq!(
+        (
+            shadow.sample(),
+            shadow.expire(),
+            shadow.max_bytes(),
+            shadow.min_agreement()
+        ),
+        (50, Duration::from_secs(7200), 1 << 20, Some(90))
+    );
+    for (setting, problem) in [
+        (
+            "rollout = { shadow = { types = [] } }",
+            "`acme`).rollout.shadow: types: name at least one activity type",
+        ),
+        (
+            "rollout = { shadow = { types = [\"a\"], sample = 0 } }",
+            "`acme`).rollout.shadow: sample: from 1 to 1000 attempts per type, got 0",
+        ),
+        (
+            "rollout = { shadow = { types = [\"a\"], expire = \"later\" } }",
+            "`acme`).rollout.shadow.expire:",
+        ),
+        (
+            "rollout = { shadow = { types = [\"a\"], max_bytes = \"1KiB\" } }",
+            "`acme`).rollout.shadow: max_bytes: from 64 KiB to 256 MiB, got 1024",
+        ),
+        (
+            "rollout = { shadow = { types = [\"a\"], min_agreement = 101 } }",
+            "`acme`).rollout.shadow: min_agreement: a percentage from 0 to 100, got 101",
+        ),
+        (
+            "rollout = { shadow = { types = [\"a\"], record = true } }",
+            "unknown field `record`",
+        ),
     ] {
         let said = parse(setting).unwrap_err().to_string();
         assert!(said.contains(problem), "{setting}: {said}");

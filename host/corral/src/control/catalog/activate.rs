@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::super::rollout::{Ramp, beyond_grants};
+use super::super::shadow::ReplayReport;
 use super::{Catalog, ControlError, State, StoredCanary, TenantSpec, VersionView, now_ms};
 use crate::control::store::{TenantIndex, Version};
 use corral_core::sandbox::{ChangeReport, LoadedComponent};
@@ -47,6 +48,20 @@ impl Catalog {
         approved: bool,
     ) -> Result<(VersionView, Option<String>), ControlError> {
         let spec = self.spec(tenant)?;
+        // Replayed before the catalog's lock is taken for the change: a
+        // replay runs guests for a while.
+        let replay = match approved {
+            true => None,
+            false => {
+                let (version, candidate) = {
+                    let mut state = self.state.lock().await;
+                    let (_, version) = state.version(tenant, digest)?;
+                    let candidate = self.loaded(&mut state, &version.digest).await?;
+                    (version, candidate)
+                };
+                self.replay(spec, &version, &candidate).await?
+            }
+        };
         let mut state = self.state.lock().await;
         let (mut tenant_index, mut version) = state.version(tenant, digest)?;
         if !approved {
@@ -64,6 +79,7 @@ impl Catalog {
                     &candidate,
                     report.as_ref(),
                     spec.rollout.canary.as_ref(),
+                    replay.as_ref(),
                 )
                 .await?;
             match admission {
@@ -173,6 +189,7 @@ impl Catalog {
         candidate: &LoadedComponent,
         report: Option<&ChangeReport>,
         ramp: Option<&Ramp>,
+        replay: Option<&ReplayReport>,
     ) -> Result<Admission, ControlError> {
         if !version.held.is_empty() {
             return Ok(Admission::Held(version.held.clone()));
@@ -197,7 +214,7 @@ impl Catalog {
             ..report.cloned().unwrap_or_default()
         };
         let beyond = beyond_grants(&candidate.imports, &spec.tenant.capabilities);
-        let held = spec.rollout.reasons(&gate, &beyond);
+        let held = spec.rollout.reasons(&gate, &beyond, replay);
         if !held.is_empty() {
             return Ok(Admission::Held(held));
         }

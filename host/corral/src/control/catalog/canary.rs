@@ -34,6 +34,10 @@ pub struct Live {
 /// share), applied only once the change is written.
 pub(super) type PendingSplit = (String, String, Arc<Split>, u32);
 
+/// How often recorded attempts that changed are written: a host that
+/// stops without draining loses at most this much of its sample.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(5);
+
 impl Catalog {
     /// The candidate deployment of a canary, and its split: the one it had
     /// while the candidate stays the same (its counts go on), a new one for
@@ -70,14 +74,25 @@ impl Catalog {
         Ok((component, pending))
     }
 
-    /// Moves every canary's ramp on once a second, until `shutdown`.
+    /// Moves every canary's ramp on once a second, and writes the recorded
+    /// attempts that changed every [`FLUSH_EVERY`], until `shutdown`.
     pub async fn run_canaries(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut flushed = std::time::Instant::now();
         let mut ticks = tokio::time::interval(Duration::from_secs(1));
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                _ = ticks.tick() => self.advance_canaries(now_ms()).await,
+                _ = ticks.tick() => {
+                    self.advance_canaries(now_ms()).await;
+                    if flushed.elapsed() >= FLUSH_EVERY {
+                        flushed = std::time::Instant::now();
+                        let samples = self.samples.clone();
+                        // Serializing and writing a sample takes a while:
+                        // off the host's runtime.
+                        let _ = tokio::task::spawn_blocking(move || samples.flush()).await;
+                    }
+                }
             }
         }
     }

@@ -11,14 +11,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 mod activate;
 pub mod canary;
+mod replay;
 mod seed;
 mod upload;
+
+pub use replay::REPLAY_BUDGET;
 
 use sha2::{Digest, Sha256};
 
 pub use super::errors::{CatalogError, ControlError, Refusal};
 use super::metadata::{self, Pulled};
 use super::rollout::{Ramp, Rollout, beyond_grants};
+use super::shadow::{ReplayReport, Samples};
 use super::store::{Index, MAX_REJECTED, Store, StoredCanary, StoredReuse, TenantIndex, Version};
 use crate::config::Quota;
 use crate::oci::{Credential, RepositoryPrefix};
@@ -28,6 +32,7 @@ use corral_core::sandbox::{
     ChangeReport, CompileError, DeploymentReuse, LoadError, LoadedComponent, PreparedTenant,
     Sandbox,
 };
+use corral_core::session::cpu::CpuScheduler;
 use corral_core::session::{Deployment, Registry, Split, TenantTable};
 
 /// A tenant as configured: its policy and its configuration-wide aliases.
@@ -87,6 +92,8 @@ pub struct Uploaded {
     pub changes: Option<(String, ChangeReport)>,
     /// The capabilities it imports that the tenant is not granted.
     pub beyond_grants: Vec<String>,
+    /// Its replay of the tenant's recorded attempts, if it was replayed.
+    pub replay: Option<ReplayReport>,
 }
 
 /// A stored version as the API shows it.
@@ -152,6 +159,12 @@ pub struct Catalog {
     compiles: tokio::sync::Semaphore,
     /// The canaries serving now, for `/metrics` (read without the state).
     canaries: std::sync::Mutex<Vec<canary::Live>>,
+    /// Every tenant's recorded attempts, for shadow replay.
+    samples: Arc<Samples>,
+    /// Where replays run guests: the session's scheduler, once it exists.
+    cpu: std::sync::OnceLock<Arc<CpuScheduler>>,
+    /// Per tenant that records attempts: one replay at a time.
+    replays: BTreeMap<String, tokio::sync::Mutex<()>>,
 }
 
 impl Catalog {
@@ -168,9 +181,24 @@ impl Catalog {
         tenants: Vec<TenantSpec>,
         max_compiles: usize,
     ) -> Result<Catalog, CatalogError> {
+        let policies = tenants
+            .iter()
+            .filter_map(|t| Some((t.tenant.name.clone(), t.rollout.shadow.clone()?)))
+            .collect();
+        let samples = Samples::open(store.dir(), policies);
+        let replays = tenants
+            .iter()
+            .filter(|t| t.rollout.shadow.is_some())
+            .map(|t| (t.tenant.name.clone(), tokio::sync::Mutex::new(())))
+            .collect();
+        // A recorded tenant's tasks carry its sampler (see `Recording` in
+        // the session's task).
         let tenants: BTreeMap<String, TenantSpec> = tenants
             .into_iter()
-            .map(|t| (t.tenant.name.clone(), t))
+            .map(|mut t| {
+                t.tenant.shadow = samples.sampler(&t.tenant.name);
+                (t.tenant.name.clone(), t)
+            })
             .collect();
         for name in index.tenants.keys() {
             if !tenants.contains_key(name) {
@@ -205,6 +233,9 @@ impl Catalog {
             }),
             canaries: Default::default(),
             compiles: tokio::sync::Semaphore::new(max_compiles.max(1)),
+            samples,
+            cpu: std::sync::OnceLock::new(),
+            replays,
         };
         {
             let mut state = catalog.state.lock().await;
@@ -212,6 +243,9 @@ impl Catalog {
                 let name = &spec.tenant.name;
                 let tenant_index = state.index.tenants.get(name).cloned().unwrap_or_default();
                 catalog.count_held(name, Some(&tenant_index));
+                catalog
+                    .samples
+                    .set_room(name, spec.quota.room(&tenant_index));
                 for version in tenant_index.active_versions() {
                     let component =
                         catalog
@@ -232,6 +266,17 @@ impl Catalog {
 
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// Replays run their guests on `cpu` from now on, under each tenant's
+    /// share (until then, on the caller's thread).
+    pub fn run_guests_on(&self, cpu: Arc<CpuScheduler>) {
+        let _ = self.cpu.set(cpu);
+    }
+
+    /// Every tenant's recorded attempts.
+    pub fn samples(&self) -> &Arc<Samples> {
+        &self.samples
     }
 
     pub fn tenant_names(&self) -> impl Iterator<Item = &str> {
@@ -368,6 +413,9 @@ impl Catalog {
             .save(&index)
             .map_err(|e| ControlError::host("writing the index", e))?;
         self.count_held(name, index.tenants.get(name));
+        let none = TenantIndex::default();
+        let room = spec.quota.room(index.tenants.get(name).unwrap_or(&none));
+        self.samples.set_room(name, room);
         state.index = index;
         self.registry.install(table);
         // The canaries' splits change only with a change that took.
@@ -499,7 +547,7 @@ pub fn digest_of(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

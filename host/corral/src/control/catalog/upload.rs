@@ -58,6 +58,18 @@ impl Catalog {
             }
         };
         candidate.compiled = self.sandbox.compiled_size(&digest).unwrap_or(0);
+        // Before the catalog's lock: a replay runs guests for a while.
+        let replay = match new.inactive {
+            true => None,
+            false => match self.replay(spec, &candidate, &loaded).await {
+                Ok(replay) => replay,
+                Err(e) => {
+                    self.store
+                        .forget_bytes(&digest, &self.state.lock().await.index);
+                    return Err(e);
+                }
+            },
+        };
         let mut state = self.state.lock().await;
         let mut tenant_index = state.index.tenants.get(tenant).cloned().unwrap_or_default();
         let existing = tenant_index
@@ -113,6 +125,7 @@ impl Catalog {
                         &loaded,
                         changes.as_ref().map(|(_, r)| r),
                         ramp.as_ref(),
+                        replay.as_ref(),
                     )
                     .await?,
                 ),
@@ -187,6 +200,7 @@ impl Catalog {
                 already_stored,
                 changes,
                 beyond_grants,
+                replay,
             },
         ))
     }
