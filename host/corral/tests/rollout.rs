@@ -128,6 +128,24 @@ fn a_breaking_version_is_held_until_the_operator_approves_it_and_the_active_one_
     assert_eq!(back["active"], true, "{back}");
     assert_eq!(back["already_stored"], true, "{back}");
 
+    // Removing the active version gives a breaking one no way past the
+    // gate: with nothing to compare, the next new version is held; once a
+    // version serves the deployment again, the gate compares as before.
+    let removed = host.alpha(&["rm", "--force", &v1_digest, "--json"]);
+    assert_eq!(removed["digest"], v1_digest.as_str(), "{removed}");
+    let v3 = host.alpha(&["deploy", &path(&example("v3/versioned")), "--json"]);
+    assert_eq!(v3["active"], false, "{v3}");
+    assert_eq!(
+        v3["held"],
+        json!(["may break callers: its deployment's active version was removed (rm --force), so nothing shows what its callers expect"]),
+        "{v3}"
+    );
+    let status = json_of(&operator(&["status", "--json", "--tenant", "alpha"]));
+    assert_eq!(status["tenants"][0]["active"].get("versioned"), None, "{status}");
+    let again = host.alpha(&["activate", &v2_digest, "--json"]);
+    assert_eq!(again["digest"], v2_digest.as_str(), "{again}");
+    assert_eq!(host.run(0, added, &[])["result"], "v2");
+
     // A tenant without a rollout is never held.
     let beta = |file: &str| {
         let out = host.cli(

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use super::super::rollout::{Ramp, beyond_grants};
+use super::super::rollout::{HoldOn, Ramp, beyond_grants};
 use super::super::shadow::ReplayReport;
 use super::{Catalog, ControlError, State, StoredCanary, TenantSpec, VersionView, now_ms};
 use crate::control::store::{TenantIndex, Version};
@@ -214,7 +214,16 @@ impl Catalog {
             ..report.cloned().unwrap_or_default()
         };
         let beyond = beyond_grants(&candidate.imports, &spec.tenant.capabilities);
-        let held = spec.rollout.reasons(&gate, &beyond, replay);
+        let mut held = spec.rollout.reasons(&gate, &beyond, replay);
+        if report.is_none()
+            && spec.rollout.holds_on().any(|h| h == HoldOn::Breaking)
+            && tenant_index.removed_active.contains(&version.name)
+        {
+            held.push(
+                "may break callers: its deployment's active version was removed (rm --force), so nothing shows what its callers expect"
+                    .to_owned(),
+            );
+        }
         if !held.is_empty() {
             return Ok(Admission::Held(held));
         }

@@ -315,6 +315,7 @@ impl Catalog {
         if active {
             tenant_index.active.remove(&version.name);
             tenant_index.canaries.remove(&version.name);
+            tenant_index.removed_active(&version.name);
         }
         tenant_index
             .canaries
@@ -402,6 +403,11 @@ impl Catalog {
         mut tenant_index: TenantIndex,
     ) -> Result<(), ControlError> {
         let name = &spec.tenant.name;
+        // A deployment serving again has an active version to compare with.
+        let serving = tenant_index.active.clone();
+        tenant_index
+            .removed_active
+            .retain(|d| !serving.contains_key(d));
         let (table, splits) = self.routes(state, spec, &mut tenant_index).await?;
         let mut index = state.index.clone();
         if tenant_index == TenantIndex::default() {
