@@ -137,11 +137,17 @@ fn a_breaking_version_is_held_until_the_operator_approves_it_and_the_active_one_
     assert_eq!(v3["active"], false, "{v3}");
     assert_eq!(
         v3["held"],
-        json!(["may break callers: its deployment's active version was removed (rm --force), so nothing shows what its callers expect"]),
+        json!([
+            "may break callers: its deployment's active version was removed (rm --force), so nothing shows what its callers expect"
+        ]),
         "{v3}"
     );
     let status = json_of(&operator(&["status", "--json", "--tenant", "alpha"]));
-    assert_eq!(status["tenants"][0]["active"].get("versioned"), None, "{status}");
+    assert_eq!(
+        status["tenants"][0]["active"].get("versioned"),
+        None,
+        "{status}"
+    );
     let again = host.alpha(&["activate", &v2_digest, "--json"]);
     assert_eq!(again["digest"], v2_digest.as_str(), "{again}");
     assert_eq!(host.run(0, added, &[])["result"], "v2");
@@ -160,6 +166,33 @@ fn a_breaking_version_is_held_until_the_operator_approves_it_and_the_active_one_
     assert_eq!(beta_v1["active"], true, "{beta_v1}");
     assert_eq!(beta_v1["changes"]["breaks_callers"], true, "{beta_v1}");
     assert_eq!(beta_v1["changes"].get("beyond_grants"), None, "{beta_v1}");
+
+    // A version's own alias is part of what its callers call: a version
+    // without it removes it for them.
+    let beta_cli = |args: &[&str]| {
+        let out = host.cli(&host.tokens[1].token, args);
+        assert!(out.status.success(), "{}", text(&out));
+        json_of(&out)
+    };
+    let v3_file = path(&example("v3/versioned"));
+    let aliased = beta_cli(&[
+        "deploy",
+        &v3_file,
+        "--name",
+        "versioned",
+        "--alias",
+        "hold_it=demo:versioned/api.hold",
+        "--json",
+    ]);
+    assert_eq!(aliased["active"], true, "{aliased}");
+    assert_eq!(host.run(1, "hold_it", &["5"])["result"], "v3");
+    let unaliased = beta(&v2_file);
+    assert_eq!(
+        unaliased["changes"]["removed"],
+        json!(["hold_it (an alias of demo:versioned/api.hold)"]),
+        "{unaliased}"
+    );
+    assert_eq!(unaliased["changes"]["breaks_callers"], true, "{unaliased}");
 
     // The report names what a version would use that its tenant is not
     // granted: `fetch` calls out over HTTP, and beta grants no host.

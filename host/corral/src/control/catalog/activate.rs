@@ -8,7 +8,38 @@ use super::super::rollout::{HoldOn, Ramp, beyond_grants};
 use super::super::shadow::ReplayReport;
 use super::{Catalog, ControlError, State, StoredCanary, TenantSpec, VersionView, now_ms};
 use crate::control::store::{TenantIndex, Version};
-use corral_core::sandbox::{ChangeReport, LoadedComponent};
+use corral_core::sandbox::{ChangeReport, Changed, LoadedComponent, breaking};
+
+/// What a version's own aliases (`--alias`) change for callers that use
+/// them: an alias it drops breaks them (`removed`), one it points at
+/// another activity type changes what they call (`changed`, breaking as the
+/// two types' signatures say). An alias kept on the same type changes with
+/// the type, which the report compares already.
+fn alias_changes(
+    report: &mut ChangeReport,
+    (old, before): (&Version, &LoadedComponent),
+    (new, after): (&Version, &LoadedComponent),
+) {
+    for (alias, target) in &old.aliases {
+        match new.aliases.get(alias) {
+            None => report
+                .removed
+                .push(format!("{alias} (an alias of {target})")),
+            Some(now) if now != target => {
+                let (Some(was), Some(is)) = (before.activity(target), after.activity(now)) else {
+                    continue;
+                };
+                report.changed.push(Changed {
+                    name: format!("{alias} (an alias of {target}, now of {now})"),
+                    old: was.signature(),
+                    new: is.signature(),
+                    breaking: breaking(was, is),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+}
 
 /// What becomes of a version its tenant asks to serve.
 pub(super) enum Admission {
@@ -168,10 +199,11 @@ impl Catalog {
             return Ok(None);
         };
         let before = self.loaded(state, active).await?;
-        Ok(Some((
-            active.clone(),
-            ChangeReport::between(&before, candidate),
-        )))
+        let mut report = ChangeReport::between(&before, candidate);
+        if let Ok(old) = tenant_index.find(active) {
+            alias_changes(&mut report, (old, &before), (version, candidate));
+        }
+        Ok(Some((active.clone(), report)))
     }
 
     /// What becomes of `version` when its tenant asks it to serve: a held
