@@ -521,6 +521,36 @@ fn a_deploy_while_serving_registers_the_new_activity_types_with_aion() {
         "{deployed}"
     );
     assert_eq!(deployed["active"], true, "{deployed}");
+
+    // A canary through Aion: another build takes every second task of the
+    // type, and each side's outcomes are counted.
+    let mut another = std::fs::read(example("progress")).unwrap();
+    another.extend_from_slice(&[0, 8, 7]);
+    another.extend_from_slice(b"another");
+    let candidate_file = dir.path().join("candidate").join("progress.wasm");
+    std::fs::create_dir_all(candidate_file.parent().unwrap()).unwrap();
+    std::fs::write(&candidate_file, &another).unwrap();
+    let candidate_file = candidate_file.display().to_string();
+    let canary = acme_cli(&[
+        "deploy",
+        &candidate_file,
+        "--alias",
+        alias,
+        "--canary",
+        "50/1h",
+        "--json",
+    ]);
+    assert_eq!(canary["canary_percent"], 50, "{canary}");
+    for _ in 0..2 {
+        let (result, out) = server.run(&count, "{}");
+        assert!(out.status.success(), "{}\n{}", text(&out), corral.stderr());
+        assert_eq!(result.expect("a result document")["result"]["payload"], 3);
+    }
+    let status = acme_cli(&["status", "--json"]);
+    let split = &status["tenants"][0]["canaries"][0];
+    assert_eq!(split["candidate"], canary["digest"], "{status}");
+    assert_eq!(split["candidate_outcomes"]["Completed"], 1, "{status}");
+    assert_eq!(split["active_outcomes"]["Completed"], 1, "{status}");
 }
 
 #[test]

@@ -17,6 +17,7 @@ use common::http::recording_server;
 
 const HOLD: &str = "demo:versioned/api.hold";
 const CHARGE: &str = "demo:fetch/payments.charge";
+const GET: &str = "demo:fetch/api.get";
 const KEY: &str = "sk_live_shadow_0123456789";
 
 /// Every attempt the host keeps for `tenant` on disk.
@@ -156,13 +157,18 @@ fn a_replay_answers_from_the_recording_which_holds_no_secret_and_sends_nothing()
         r#"config = {{ api_base = "http://127.0.0.1:{pay}", currency = "EUR" }}
 secrets = {{ PAY_KEY = {{ file = {file:?}, hosts = ["http://127.0.0.1:{pay}"] }} }}
 capabilities = {{ http_hosts = [{{ host = "127.0.0.1:{pay}", methods = ["POST"], paths = ["/v1/charges"] }}] }}
-rollout = {{ shadow = {{ types = ["{CHARGE}"], min_agreement = 100 }} }}"#,
+rollout = {{ shadow = {{ types = ["{CHARGE}", "{GET}"], min_agreement = 100 }} }}"#,
         file = path(&key_file),
     );
     let corral = host.serve([&alpha, ""]);
     let fetch = std::fs::read(example("fetch")).unwrap();
     let deployed = host.alpha(&["deploy", &path(&example("fetch")), "--json"]);
     assert_eq!(deployed["active"], true, "{deployed}");
+    // An attempt whose arguments hold the key (a workflow that had it) is
+    // never recorded: its GET is refused by the grant, and kept nowhere.
+    let leaky = format!("\"http://127.0.0.1:{pay}/v1/charges?k={KEY}\"");
+    let out = host.run(0, GET, &[&leaky]);
+    assert_eq!(out["status"], "FAILED", "{out}");
     for amount in ["100", "250"] {
         let out = host.run(0, CHARGE, &[amount]);
         assert_eq!(out["status"], "COMPLETED", "{out}\n{}", corral.stderr());

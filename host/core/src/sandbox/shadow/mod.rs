@@ -71,14 +71,15 @@ pub struct Ending {
 }
 
 impl Ending {
-    /// The comparable ending of `outcome`: a result's JSON, or an
-    /// application failure's message (the guest's own error), digested; a
-    /// failure of any other class compares by its class only.
+    /// The comparable ending of `outcome`: a result's JSON (its objects'
+    /// keys in order: a record whose fields moved is the same result), or
+    /// an application failure's message (the guest's own error), digested;
+    /// a failure of any other class compares by its class only.
     pub fn of(outcome: &Outcome) -> Ending {
         match outcome {
             Ok(value) => Ending {
                 class: None,
-                digest: sha256_hex(&serde_json::to_vec(value).unwrap_or_default()),
+                digest: sha256_hex(&serde_json::to_vec(&canonical(value)).unwrap_or_default()),
             },
             Err(f) if f.class == FailureClass::Application => Ending {
                 class: Some(f.class),
@@ -94,6 +95,23 @@ impl Ending {
     /// `Completed` or the failure's class.
     pub fn name(&self) -> &'static str {
         self.class.map_or("Completed", FailureClass::as_str)
+    }
+}
+
+/// `value` with every object's keys sorted.
+fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), canonical(&map[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
     }
 }
 
@@ -172,6 +190,14 @@ mod tests {
         let ok = |v: Value| Ending::of(&Ok(v));
         assert_eq!(ok(serde_json::json!("v1")), ok(serde_json::json!("v1")));
         assert_ne!(ok(serde_json::json!("v1")), ok(serde_json::json!("v3")));
+        // Fields in another order are the same result; other values not.
+        let moved: Value = serde_json::from_str(r#"[{"b": 1, "a": {"d": 2, "c": 3}}]"#).unwrap();
+        let same: Value = serde_json::from_str(r#"[{"a": {"c": 3, "d": 2}, "b": 1}]"#).unwrap();
+        assert_eq!(ok(moved.clone()), ok(same));
+        assert_ne!(
+            ok(moved),
+            ok(serde_json::json!([{"a": {"c": 3, "d": 2}, "b": 2}]))
+        );
         let failed = |class, message: &str| {
             Ending::of(&Err(Failure::new(class, &RetryPolicy::default(), message)))
         };

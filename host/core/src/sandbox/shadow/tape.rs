@@ -160,13 +160,13 @@ impl Tape {
             bytes: recorder.bytes.clone(),
             over: recorder.over.clone(),
         };
-        let digesting = Digesting {
+        let taped = Taped {
             inner: body,
-            hasher: Some(Sha256::new()),
             slot: slot.clone(),
+            hasher: Some(Sha256::new()),
         }
         .boxed_unsync();
-        (digesting, Some(slot))
+        (taped, Some(slot))
     }
 
     /// The recorded answer to a request, or why there is none. The
@@ -298,7 +298,14 @@ impl Slot {
             exchange.headers = headers;
         }
         let slot = self.clone();
-        response.map(|inner| Copying { inner, slot }.boxed_unsync())
+        response.map(|inner| {
+            Taped {
+                inner,
+                slot,
+                hasher: None,
+            }
+            .boxed_unsync()
+        })
     }
 
     fn charge(&self, n: usize) {
@@ -342,14 +349,29 @@ impl GuestRequest {
     }
 }
 
-/// A request body digested as it goes out.
-struct Digesting {
+/// A body on its way through a recording: a request's digested as it goes
+/// out, a response's copied as the guest reads it.
+struct Taped {
     inner: WasiBody,
-    hasher: Option<Sha256>,
     slot: Slot,
+    /// A request's digest so far; `None` for a response (or once done).
+    hasher: Option<Sha256>,
 }
 
-impl Body for Digesting {
+impl Taped {
+    /// The request's digest, once: at its end, or where it was dropped
+    /// without its end being polled (an empty body, most often).
+    fn digested(&mut self) {
+        if let Some(hasher) = self.hasher.take() {
+            let mut exchange = lock(&self.slot.exchange);
+            if exchange.request_sha256.is_empty() {
+                exchange.request_sha256 = hex::encode(hasher.finalize());
+            }
+        }
+    }
+}
+
+impl Body for Taped {
     type Data = Bytes;
     type Error = wasmtime_wasi_http::Error;
 
@@ -360,15 +382,19 @@ impl Body for Digesting {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(data), Some(hasher)) = (frame.data_ref(), self.hasher.as_mut()) {
+                let Some(data) = frame.data_ref() else {
+                    return polled;
+                };
+                if let Some(hasher) = self.hasher.as_mut() {
                     hasher.update(data);
+                } else {
+                    self.slot.charge(data.len());
+                    if !self.slot.over.load(Ordering::Relaxed) {
+                        lock(&self.slot.exchange).body.extend_from_slice(data);
+                    }
                 }
             }
-            Poll::Ready(None) => {
-                if let Some(hasher) = self.hasher.take() {
-                    lock(&self.slot.exchange).request_sha256 = hex::encode(hasher.finalize());
-                }
-            }
+            Poll::Ready(None) => self.digested(),
             _ => {}
         }
         polled
@@ -383,51 +409,9 @@ impl Body for Digesting {
     }
 }
 
-impl Drop for Digesting {
-    /// A body the guest ended without its end frame being polled (an
-    /// empty one, most often) still gets its digest.
+impl Drop for Taped {
     fn drop(&mut self) {
-        if let Some(hasher) = self.hasher.take() {
-            let mut exchange = lock(&self.slot.exchange);
-            if exchange.request_sha256.is_empty() {
-                exchange.request_sha256 = hex::encode(hasher.finalize());
-            }
-        }
-    }
-}
-
-/// A response body copied into the recording as the guest reads it.
-struct Copying {
-    inner: WasiBody,
-    slot: Slot,
-}
-
-impl Body for Copying {
-    type Data = Bytes;
-    type Error = wasmtime_wasi_http::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            self.slot.charge(data.len());
-            if !self.slot.over.load(Ordering::Relaxed) {
-                lock(&self.slot.exchange).body.extend_from_slice(data);
-            }
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.digested();
     }
 }
 

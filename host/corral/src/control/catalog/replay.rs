@@ -117,6 +117,12 @@ impl Catalog {
                 }
                 let left = REPLAY_BUDGET.saturating_sub(started.elapsed());
                 let replayed = self.replay_one(spec, candidate, attempt, left).await;
+                if started.elapsed() >= REPLAY_BUDGET {
+                    // Ended by the replay's budget, not by its own doing.
+                    report.cut_short = true;
+                    kind.unsteady += 1;
+                    break;
+                }
                 if matches!(
                     replayed.ending.class,
                     Some(FailureClass::Host | FailureClass::Cancelled)
