@@ -131,11 +131,35 @@ fn a_regression_no_signature_shows_is_caught_by_replaying_real_attempts_and_held
     let said = String::from_utf8_lossy(&said.stdout).into_owned();
     assert!(
         said.contains(&format!(
-            "replayed: {HOLD}: 0 of 4 recorded attempts agreed (0 not steady on the active version)"
+            "replayed: {HOLD}: 0 of 4 recorded attempts agreed (0 not compared)"
         )) && said.contains("Completed when recorded, Panic now"),
         "{said}"
     );
     assert!(said.contains("held"), "{said}");
+
+    // With the active version removed, a new version is compared with the
+    // recording alone, and the report says so (no `against`).
+    host.alpha(&["rm", "--force", &v1_digest, "--json"]);
+    let v2 = host.alpha(&["deploy", &path(&example("v2/versioned")), "--json"]);
+    assert_eq!(v2["active"], false, "{v2}");
+    assert_eq!(v2["changes"].get("against"), None, "{v2}");
+    let replayed = &v2["changes"]["replayed"][0];
+    assert_eq!(
+        (
+            &replayed["replayed"],
+            &replayed["agreed"],
+            &replayed["unsteady"]
+        ),
+        (&json!(4), &json!(0), &json!(0)),
+        "{v2}"
+    );
+    assert!(
+        replayed["differences"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("Completed both times, another result"),
+        "{v2}"
+    );
 }
 
 #[test]

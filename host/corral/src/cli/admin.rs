@@ -319,7 +319,11 @@ pub async fn deploy(args: DeployArgs) -> ExitCode {
         print_activity_types(&component);
         print_outbound_http(&component);
         if let Some(changes) = &response.changes {
-            println!("changes against {}:", changes.against);
+            if changes.against.is_empty() {
+                println!("no active version to compare with; replayed against the recording:");
+            } else {
+                println!("changes against {}:", changes.against);
+            }
             super::diff::print(changes);
         }
     }

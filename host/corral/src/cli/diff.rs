@@ -123,7 +123,7 @@ pub(super) fn print(report: &proto::ChangeReport) {
 fn print_replay(report: &proto::ChangeReport) {
     for t in &report.replayed {
         println!(
-            "replayed: {}: {} of {} recorded attempts agreed ({} not steady on the active version); fuel per attempt {} -> {}",
+            "replayed: {}: {} of {} recorded attempts agreed ({} not compared); fuel per attempt {} -> {}",
             t.name, t.agreed, t.replayed, t.unsteady, t.fuel_active, t.fuel_candidate
         );
         for difference in &t.differences {

@@ -271,7 +271,7 @@ pub async fn run(
     let session = Session::new(sandbox, registry.clone(), metrics.clone(), permits.clone());
     // Shadow replays run guests on the session's threads, under each
     // tenant's share, like its tasks.
-    catalog.run_guests_on(session.cpu.clone());
+    catalog.run_guests_on(session.cpu.clone(), permits.clone());
     let mut runtime = None;
     let mut connections = Connections::default();
     let mut connectors: Vec<Arc<dyn Connector>> = Vec::new();

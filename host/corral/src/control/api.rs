@@ -294,17 +294,22 @@ impl Admin for AdminService {
                 .map_err(status)?;
             let beyond_grants = uploaded.beyond_grants;
             let replay = uploaded.replay.unwrap_or_default();
+            // A replay with nothing of the deployment active (compared with
+            // the recording alone) is reported too, under no `against`.
+            let changes = match uploaded.changes {
+                Some((against, report)) => Some(changes_to_proto(against, &report)),
+                None if !replay.types.is_empty() => Some(proto::ChangeReport::default()),
+                None => None,
+            };
             Ok::<_, Status>(proto::UploadResponse {
                 component: Some(to_proto(&view)),
                 already_stored: uploaded.already_stored,
-                changes: uploaded
-                    .changes
-                    .map(|(against, report)| proto::ChangeReport {
-                        beyond_grants,
-                        replayed: replay_to_proto(&replay),
-                        replay_cut_short: replay.cut_short,
-                        ..changes_to_proto(against, &report)
-                    }),
+                changes: changes.map(|changes| proto::ChangeReport {
+                    beyond_grants,
+                    replayed: replay_to_proto(&replay),
+                    replay_cut_short: replay.cut_short,
+                    ..changes
+                }),
             })
         }
         .await;

@@ -33,7 +33,7 @@ use corral_core::sandbox::{
     Sandbox,
 };
 use corral_core::session::cpu::CpuScheduler;
-use corral_core::session::{Deployment, Registry, Split, TenantTable};
+use corral_core::session::{Deployment, Permits, Registry, Split, TenantTable};
 
 /// A tenant as configured: its policy and its configuration-wide aliases.
 #[derive(Debug, Clone)]
@@ -161,8 +161,9 @@ pub struct Catalog {
     canaries: std::sync::Mutex<Vec<canary::Live>>,
     /// Every tenant's recorded attempts, for shadow replay.
     samples: Arc<Samples>,
-    /// Where replays run guests: the session's scheduler, once it exists.
-    cpu: std::sync::OnceLock<Arc<CpuScheduler>>,
+    /// Where replays run guests: the session's scheduler and host slots,
+    /// once they exist.
+    guests: std::sync::OnceLock<(Arc<CpuScheduler>, Permits)>,
     /// Per tenant that records attempts: one replay at a time.
     replays: BTreeMap<String, tokio::sync::Mutex<()>>,
 }
@@ -234,7 +235,7 @@ impl Catalog {
             canaries: Default::default(),
             compiles: tokio::sync::Semaphore::new(max_compiles.max(1)),
             samples,
-            cpu: std::sync::OnceLock::new(),
+            guests: std::sync::OnceLock::new(),
             replays,
         };
         {
@@ -269,9 +270,11 @@ impl Catalog {
     }
 
     /// Replays run their guests on `cpu` from now on, under each tenant's
-    /// share (until then, on the caller's thread).
-    pub fn run_guests_on(&self, cpu: Arc<CpuScheduler>) {
-        let _ = self.cpu.set(cpu);
+    /// share, each holding one of the host's slots as a task does (so the
+    /// instance pool, sized by the slots, always has its instance); until
+    /// then, on the caller's thread.
+    pub fn run_guests_on(&self, cpu: Arc<CpuScheduler>, permits: Permits) {
+        let _ = self.guests.set((cpu, permits));
     }
 
     /// Every tenant's recorded attempts.

@@ -106,14 +106,19 @@ impl Catalog {
                     report.cut_short = true;
                     break;
                 };
+                let mut on_active = None;
                 if let Some(active) = baseline {
-                    let on_active = self.replay_one(spec, active, attempt, left).await;
-                    if on_active.ending != attempt.ending || !on_active.deviations.is_empty() {
+                    let replayed = self.replay_one(spec, active, attempt, left).await;
+                    if started.elapsed() >= REPLAY_BUDGET {
+                        report.cut_short = true;
+                        kind.unsteady += 1;
+                        break;
+                    }
+                    if replayed.ending != attempt.ending || !replayed.deviations.is_empty() {
                         kind.unsteady += 1;
                         continue;
                     }
-                    fuel[0] += on_active.fuel;
-                    micros[0] += on_active.micros;
+                    on_active = Some(replayed);
                 }
                 let left = REPLAY_BUDGET.saturating_sub(started.elapsed());
                 let replayed = self.replay_one(spec, candidate, attempt, left).await;
@@ -132,6 +137,10 @@ impl Catalog {
                     continue;
                 }
                 kind.replayed += 1;
+                if let Some(on_active) = on_active {
+                    fuel[0] += on_active.fuel;
+                    micros[0] += on_active.micros;
+                }
                 fuel[1] += replayed.fuel;
                 micros[1] += replayed.micros;
                 match difference(attempt, &replayed) {
@@ -188,15 +197,17 @@ impl Catalog {
             side.component.clone(),
             side.tenant.clone(),
         );
-        let started = Instant::now();
         let work = async move { sandbox.execute(&component, &tenant, task).await };
-        let outcome = match self.cpu.get() {
-            Some(cpu) => {
+        let (outcome, started) = match self.guests.get() {
+            Some((cpu, permits)) => {
+                let _slot = permits.host_slot().await;
+                let started = Instant::now();
                 let label: Arc<str> = spec.tenant.name.as_str().into();
                 let activity = attempt.activity_type.clone();
-                cpu.execute(label, activity, spec.tenant.cpu, work).await.0
+                let outcome = cpu.execute(label, activity, spec.tenant.cpu, work).await.0;
+                (outcome, started)
             }
-            None => work.await,
+            None => (work.await, Instant::now()),
         };
         Replayed {
             ending: Ending::of(&outcome),

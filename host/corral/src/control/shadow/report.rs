@@ -67,7 +67,7 @@ impl Shadow {
                 let name = shown(&t.name, 128);
                 if t.replayed == 0 {
                     return format!(
-                        "{name}: no recorded attempt could be compared ({} not steady on the active version)",
+                        "{name}: no recorded attempt could be compared ({} not compared: unsteady on the active version, failed by the host or cut off by the budget)",
                         t.unsteady
                     );
                 }
@@ -139,7 +139,7 @@ mod tests {
         // A type whose attempts were all unsteady proves nothing: held.
         assert_eq!(
             policy(Some(75)).holds(&report).unwrap(),
-            "shadow replay under 75% agreement: idle: no recorded attempt could be compared (0 not steady on the active version)"
+            "shadow replay under 75% agreement: idle: no recorded attempt could be compared (0 not compared: unsteady on the active version, failed by the host or cut off by the budget)"
         );
         let compared = ReplayReport {
             types: report.types[..1].to_vec(),

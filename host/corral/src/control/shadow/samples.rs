@@ -24,7 +24,9 @@ pub struct Samples {
 struct TenantSample {
     policy: Shadow,
     /// Oldest first, every type together.
-    attempts: VecDeque<(usize, Attempt)>,
+    /// Shared, so that a flush or a replay copies pointers under the
+    /// lock recording tasks take, not attempts.
+    attempts: VecDeque<(usize, Arc<Attempt>)>,
     bytes: u64,
     /// What the tenant's `max_stored` leaves beside its versions.
     room: u64,
@@ -107,7 +109,7 @@ impl TenantSample {
             self.bytes = self.bytes.saturating_sub(size as u64);
         }
         self.bytes += size as u64;
-        self.attempts.push_back((size, attempt));
+        self.attempts.push_back((size, Arc::new(attempt)));
         self.dirty = true;
         self.fit();
     }
@@ -129,6 +131,16 @@ impl Samples {
             );
         }
         let now = now_ms();
+        // A tenant no longer recorded has its attempts deleted, not kept
+        // past any policy.
+        if let Some(dir) = &dir {
+            let kept: Vec<PathBuf> = policies.iter().map(|(name, _)| file(dir, name)).collect();
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if !kept.contains(&entry.path()) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
         let mut tenants = BTreeMap::new();
         for (name, policy) in policies {
             let mut sample = TenantSample {
@@ -186,7 +198,7 @@ impl Samples {
     }
 
     /// `tenant`'s unexpired attempts of `activity_type`, oldest first.
-    pub fn of(&self, tenant: &str, activity_type: &str) -> Vec<Attempt> {
+    pub fn of(&self, tenant: &str, activity_type: &str) -> Vec<Arc<Attempt>> {
         let mut tenants = lock(&self.tenants);
         let Some(sample) = tenants.get_mut(tenant) else {
             return Vec::new();
@@ -224,9 +236,9 @@ impl Samples {
             return;
         };
         let _one_at_a_time = lock(&self.flushing);
-        // Copied out under the lock, serialized outside it: recording
-        // tasks wait for no write.
-        let changed: Vec<(String, Vec<Attempt>)> = {
+        // Pointers copied out under the lock, serialized outside it:
+        // recording tasks wait for no write.
+        let changed: Vec<(String, Vec<Arc<Attempt>>)> = {
             let mut tenants = lock(&self.tenants);
             let now = now_ms();
             tenants
@@ -244,6 +256,7 @@ impl Samples {
         };
         for (tenant, attempts) in changed {
             let path = file(dir, &tenant);
+            let attempts: Vec<&Attempt> = attempts.iter().map(|a| &**a).collect();
             let Ok(bytes) = serde_json::to_vec(&attempts) else {
                 continue;
             };
@@ -401,5 +414,13 @@ mod tests {
         );
         samples.set_room("t", 0);
         assert_eq!(samples.bytes("t"), 0);
+        // A tenant recorded no more: its attempts are deleted at start.
+        drop(Samples::open(Some(dir.path()), Vec::new()));
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("shadow"))
+                .unwrap()
+                .count(),
+            0
+        );
     }
 }
