@@ -32,10 +32,33 @@ enum Mode {
 #[derive(Debug, Default)]
 struct Recorder {
     exchanges: Mutex<Vec<Arc<Mutex<Exchange>>>>,
-    /// Bytes recorded so far, against [`MAX_ATTEMPT_BYTES`].
-    bytes: Arc<AtomicUsize>,
-    /// Set when the attempt went past it: then it is not kept.
-    over: Arc<AtomicBool>,
+    /// Shared with each exchange's [`Slot`].
+    bound: Arc<Bound>,
+}
+
+/// What one attempt has recorded, against [`MAX_ATTEMPT_BYTES`].
+#[derive(Debug, Default)]
+struct Bound {
+    bytes: AtomicUsize,
+    /// Set when the attempt went past it, or got what cannot be kept:
+    /// then nothing of it is.
+    over: AtomicBool,
+}
+
+impl Bound {
+    fn charge(&self, n: usize) {
+        if self.bytes.fetch_add(n, Ordering::Relaxed) + n > MAX_ATTEMPT_BYTES {
+            self.refuse();
+        }
+    }
+
+    fn refuse(&self) {
+        self.over.store(true, Ordering::Relaxed);
+    }
+
+    fn over(&self) -> bool {
+        self.over.load(Ordering::Relaxed)
+    }
 }
 
 #[derive(Debug)]
@@ -54,7 +77,7 @@ impl Tape {
     /// an attempt whose arguments take `recorded` bytes already.
     pub fn record(recorded: usize) -> Arc<Tape> {
         let recorder = Recorder::default();
-        recorder.charge(recorded);
+        recorder.bound.charge(recorded);
         Arc::new(Tape {
             mode: Mode::Record(recorder),
             fuel: AtomicU64::new(0),
@@ -91,7 +114,7 @@ impl Tape {
         let Mode::Record(recorder) = &self.mode else {
             return None;
         };
-        if recorder.over.load(Ordering::Relaxed) {
+        if recorder.bound.over() {
             return None;
         }
         let exchanges = lock(&recorder.exchanges);
@@ -153,12 +176,11 @@ impl Tape {
             headers: Vec::new(),
             body: Vec::new(),
         }));
-        recorder.charge(method.len() + uri.len() + 64);
+        recorder.bound.charge(method.len() + uri.len() + 64);
         lock(&recorder.exchanges).push(exchange.clone());
         let slot = Slot {
             exchange,
-            bytes: recorder.bytes.clone(),
-            over: recorder.over.clone(),
+            bound: recorder.bound.clone(),
         };
         let taped = Taped {
             inner: body,
@@ -237,14 +259,6 @@ impl Tape {
     }
 }
 
-impl Recorder {
-    fn charge(&self, n: usize) {
-        if self.bytes.fetch_add(n, Ordering::Relaxed) + n > MAX_ATTEMPT_BYTES {
-            self.over.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
 impl Player {
     fn deviate(&self, deviation: String) {
         let mut kept = lock(&self.deviations);
@@ -258,8 +272,7 @@ impl Player {
 #[derive(Debug, Clone)]
 pub(crate) struct Slot {
     exchange: Arc<Mutex<Exchange>>,
-    bytes: Arc<AtomicUsize>,
-    over: Arc<AtomicBool>,
+    bound: Arc<Bound>,
 }
 
 impl Slot {
@@ -277,7 +290,7 @@ impl Slot {
             .iter()
             .any(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"))
         {
-            self.over.store(true, Ordering::Relaxed);
+            self.bound.refuse();
         }
         // Cookies are credentials no secret names: not kept.
         let headers: Vec<(String, String)> = response
@@ -291,7 +304,8 @@ impl Slot {
                 )
             })
             .collect();
-        self.charge(headers.iter().map(|(k, v)| k.len() + v.len()).sum());
+        self.bound
+            .charge(headers.iter().map(|(k, v)| k.len() + v.len()).sum());
         {
             let mut exchange = lock(&self.exchange);
             exchange.status = Some(response.status().as_u16());
@@ -306,12 +320,6 @@ impl Slot {
             }
             .boxed_unsync()
         })
-    }
-
-    fn charge(&self, n: usize) {
-        if self.bytes.fetch_add(n, Ordering::Relaxed) + n > MAX_ATTEMPT_BYTES {
-            self.over.store(true, Ordering::Relaxed);
-        }
     }
 }
 
@@ -388,8 +396,8 @@ impl Body for Taped {
                 if let Some(hasher) = self.hasher.as_mut() {
                     hasher.update(data);
                 } else {
-                    self.slot.charge(data.len());
-                    if !self.slot.over.load(Ordering::Relaxed) {
+                    self.slot.bound.charge(data.len());
+                    if !self.slot.bound.over() {
                         lock(&self.slot.exchange).body.extend_from_slice(data);
                     }
                 }
