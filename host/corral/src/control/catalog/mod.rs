@@ -23,7 +23,7 @@ pub use super::errors::{CatalogError, ControlError, Refusal};
 use super::metadata::{self, Pulled};
 use super::rollout::{Ramp, Rollout, beyond_grants};
 use super::shadow::{ReplayReport, Samples};
-use super::store::{Index, MAX_REJECTED, Store, StoredCanary, StoredReuse, TenantIndex, Version};
+use super::store::{Index, Store, StoredCanary, StoredReuse, TenantIndex, Version};
 use crate::config::Quota;
 use crate::oci::{Credential, RepositoryPrefix};
 use crate::staging::Staging;
@@ -324,12 +324,7 @@ impl Catalog {
             .canaries
             .retain(|_, c| c.candidate != version.digest);
         if !version.held.is_empty() {
-            tenant_index.rejected.retain(|(d, _)| *d != version.digest);
-            tenant_index
-                .rejected
-                .push((version.digest.clone(), version.held.clone()));
-            let over = tenant_index.rejected.len().saturating_sub(MAX_REJECTED);
-            tenant_index.rejected.drain(..over);
+            tenant_index.rejected(&version.digest, version.held.clone());
         }
         tenant_index.versions.retain(|v| v.digest != version.digest);
         self.commit(&mut state, spec, tenant_index).await?;

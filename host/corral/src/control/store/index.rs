@@ -154,10 +154,19 @@ impl TenantIndex {
 
     /// Remembers that `deployment`'s active version was removed.
     pub fn removed_active(&mut self, deployment: &str) {
-        self.removed_active.retain(|d| d != deployment);
-        self.removed_active.push(deployment.to_owned());
-        let over = self.removed_active.len().saturating_sub(MAX_REJECTED);
-        self.removed_active.drain(..over);
+        remember(&mut self.removed_active, deployment.to_owned(), |d| {
+            d == deployment
+        });
+    }
+
+    /// Remembers why `digest`, removed, was held: deployed again, it is
+    /// held again.
+    pub fn rejected(&mut self, digest: &str, reasons: Vec<String>) {
+        remember(
+            &mut self.rejected,
+            (digest.to_owned(), reasons),
+            |(d, _)| d == digest,
+        );
     }
 
     /// The percent of its deployment's tasks `digest` takes as a canary.
@@ -197,6 +206,15 @@ impl TenantIndex {
             _ => Err(FindError::Ambiguous(digest.to_owned(), matches.len())),
         }
     }
+}
+
+/// Puts `item` last in `list`, in place of any `same` one, keeping the
+/// newest [`MAX_REJECTED`].
+fn remember<T>(list: &mut Vec<T>, item: T, same: impl Fn(&T) -> bool) {
+    list.retain(|old| !same(old));
+    list.push(item);
+    let over = list.len().saturating_sub(MAX_REJECTED);
+    list.drain(..over);
 }
 
 /// Why [`TenantIndex::find`] found no version.

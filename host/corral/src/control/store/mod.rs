@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 mod index;
 
 pub use super::rollout::StoredCanary;
-pub use index::{FindError, Index, MAX_REJECTED, StoredReuse, TenantIndex, Version};
+pub use index::{FindError, Index, StoredReuse, TenantIndex, Version};
 
 use crate::staging::{StagedComponent, Staging};
 use index::FORMAT;
