@@ -88,8 +88,9 @@ impl TenantSample {
         }
     }
 
-    fn put(&mut self, attempt: Attempt, now: i64) {
-        let size = attempt.size();
+    /// Keeps `attempt`, of `size` ([`Attempt::size`], measured by the
+    /// caller outside the lock every recorder takes).
+    fn put(&mut self, attempt: Attempt, size: usize, now: i64) {
         if size as u64 > self.limit() || attempt.at_ms < self.oldest(now) {
             return;
         }
@@ -158,7 +159,8 @@ impl Samples {
                 // per type, its expiry and bytes.
                 for attempt in read {
                     if sample.policy.records(&attempt.activity_type) {
-                        sample.put(attempt, now);
+                        let size = attempt.size();
+                        sample.put(attempt, size, now);
                     }
                 }
                 sample.dirty = sample.attempts.len() != count;
@@ -318,10 +320,11 @@ impl Sampler for TenantSampler {
     }
 
     fn offer(&self, attempt: Attempt) {
+        let size = attempt.size();
         if let Some(samples) = self.samples.upgrade()
             && let Some(sample) = lock(&samples.tenants).get_mut(&self.tenant)
         {
-            sample.put(attempt, now_ms());
+            sample.put(attempt, size, now_ms());
         }
     }
 }
