@@ -15,8 +15,6 @@ mod replay;
 mod seed;
 mod upload;
 
-pub use replay::REPLAY_BUDGET;
-
 use sha2::{Digest, Sha256};
 
 pub use super::errors::{CatalogError, ControlError, Refusal};

@@ -23,7 +23,7 @@ use corral_core::sandbox::{DeploymentReuse, FailureClass, LoadedComponent, Prepa
 use corral_core::shown::shown;
 
 /// The longest one candidate's replay runs.
-pub const REPLAY_BUDGET: Duration = Duration::from_secs(60);
+const REPLAY_BUDGET: Duration = Duration::from_secs(60);
 
 /// A version, ready to replay attempts on.
 struct Side {

@@ -194,11 +194,6 @@ impl Samples {
         }
     }
 
-    /// The bytes `tenant`'s sample takes now.
-    pub fn bytes(&self, tenant: &str) -> u64 {
-        lock(&self.tenants).get(tenant).map_or(0, |s| s.bytes)
-    }
-
     /// `tenant`'s unexpired attempts of `activity_type`, oldest first.
     pub fn of(&self, tenant: &str, activity_type: &str) -> Vec<Arc<Attempt>> {
         let mut tenants = lock(&self.tenants);
@@ -406,17 +401,18 @@ mod tests {
         );
         // A version takes the room: the oldest attempts go.
         let kept = |s: &Samples| s.summary("t").iter().map(|s| s.attempts).sum::<usize>();
-        let (before, room) = (kept(&samples), samples.bytes("t") - 1);
+        let bytes = |s: &Samples| s.summary("t").iter().map(|s| s.bytes).sum::<u64>();
+        let (before, room) = (kept(&samples), bytes(&samples) - 1);
         samples.set_room("t", room);
         assert!(kept(&samples) < before);
-        assert!(samples.bytes("t") <= room);
+        assert!(bytes(&samples) <= room);
         assert_eq!(
             args("a").last().map(String::as_str),
             Some("3"),
             "the newest stay"
         );
         samples.set_room("t", 0);
-        assert_eq!(samples.bytes("t"), 0);
+        assert_eq!(bytes(&samples), 0);
         // A tenant recorded no more: its attempts are deleted at start.
         drop(Samples::open(Some(dir.path()), Vec::new()));
         assert_eq!(
