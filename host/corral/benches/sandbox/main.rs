@@ -13,7 +13,10 @@
 //!    tables) and the native stack it touches.
 //!    `CORRAL_BENCH_GUESTS=rust,python` measures only those;
 //!    `CORRAL_BENCH_KEEP_RESIDENT=BYTES` adds a sandbox keeping that much of
-//!    each freed linear memory resident, side by side.
+//!    each freed linear memory resident, side by side. The same tasks also
+//!    run through the session's CPU scheduler (a slot, the guest threads,
+//!    the CPU count), interleaved with the direct path: its cost per task,
+//!    in wall time and in the whole process's CPU time.
 //! 2. Many in flight: N tasks (default 10,000; `CORRAL_BENCH_INFLIGHT`)
 //!    sleeping on the WASI clock at once; prints the host's resident memory
 //!    per in-flight task beyond the guest's own linear memory.
@@ -23,12 +26,16 @@ mod common;
 mod raw;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use corral_core::metrics::Metrics;
 use corral_core::sandbox::{
     Limits, PreparedTenant, Sandbox, SandboxConfig, Task, Tenant, fiber_stack_size,
 };
+use corral_core::session::cpu::{CpuScheduler, host_slots};
+use corral_core::share::CpuShare;
 use serde_json::json;
 
 use crate::raw::RawFloor;
@@ -94,10 +101,29 @@ fn page_faults() -> Result<u64> {
     common::page_faults(std::process::id())
 }
 
-/// A per-task figure: µs and page faults, medians over rounds.
+/// This process's CPU time so far, all threads (to the nanosecond, where
+/// /proc counts clock ticks).
+fn process_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// A per-task figure: µs (wall and CPU) and page faults, medians over
+/// rounds.
 #[derive(Default)]
 struct PerTask {
     micros: Vec<f64>,
+    cpu_micros: Vec<f64>,
     faults: Vec<f64>,
 }
 
@@ -108,12 +134,14 @@ impl PerTask {
         Fut: std::future::Future<Output = Result<()>>,
     {
         let faults = page_faults()?;
-        let start = Instant::now();
+        let (start, cpu) = (Instant::now(), process_cpu());
         for _ in 0..tasks {
             task().await?;
         }
         self.micros
             .push(start.elapsed().as_secs_f64() * 1e6 / tasks as f64);
+        self.cpu_micros
+            .push((process_cpu() - cpu).as_secs_f64() * 1e6 / tasks as f64);
         self.faults
             .push((page_faults()? - faults) as f64 / tasks as f64);
         Ok(())
@@ -127,7 +155,7 @@ impl PerTask {
 /// corral's full path against raw wasmtime for one guest, on a sandbox of
 /// `config`; prints µs and page faults per task for both.
 async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Result<f64> {
-    let sandbox = Sandbox::new(config)?;
+    let sandbox = Arc::new(Sandbox::new(config)?);
     let component = sandbox
         .load_file(&example(guest.file))
         .with_context(|| format!("{}: run examples/build.sh first", guest.file))?;
@@ -142,6 +170,28 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
         anyhow::ensure!(out == Ok(json!(guest.expected)), "{out:?}");
         Ok::<_, anyhow::Error>(())
     };
+    // The same task as a session runs it: under the CPU scheduler, on a
+    // guest thread.
+    let scheduler = CpuScheduler::new(host_slots(), Arc::new(Metrics::default()));
+    let (activity, expected) = (guest.activity, guest.expected);
+    let scheduled_task = || {
+        let (sandbox, component, tenant) = (sandbox.clone(), component.clone(), tenant.clone());
+        let scheduler = scheduler.clone();
+        async move {
+            let task = Task::new(activity, vec![json!("hello")]);
+            let work = async move { sandbox.execute(&component, &tenant, task).await };
+            let (out, _) = scheduler
+                .execute(
+                    Arc::from("bench"),
+                    activity.to_owned(),
+                    CpuShare::default(),
+                    work,
+                )
+                .await;
+            anyhow::ensure!(out == Ok(json!(expected)), "{out:?}");
+            Ok::<_, anyhow::Error>(())
+        }
+    };
 
     // Fewer tasks per round for the interpreters, whose tasks cost more.
     let tasks = if guest.file == "echo" {
@@ -153,11 +203,14 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
     for _ in 0..tasks / 10 {
         raw_task().await?;
         corral_task().await?;
+        scheduled_task().await?;
     }
-    let (mut raw, mut full) = (PerTask::default(), PerTask::default());
+    let (mut raw, mut full, mut scheduled) =
+        (PerTask::default(), PerTask::default(), PerTask::default());
     for _ in 0..ROUNDS {
         raw.round(tasks, raw_task).await?;
         full.round(tasks, corral_task).await?;
+        scheduled.round(tasks, scheduled_task).await?;
     }
     let ((raw_us, raw_faults), (full_us, full_faults)) = (raw.medians(), full.medians());
     // Each round's corral figure against the raw round just before it: the
@@ -178,6 +231,21 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
         guest.language,
         full_us / raw_us,
         median(paired),
+    );
+    // The scheduler's cost: each round against the direct round before it.
+    let per_round =
+        |of: &[f64], against: &[f64]| median(of.iter().zip(against).map(|(a, b)| a / b).collect());
+    println!(
+        "  {:<10} {label:<22} under the CPU scheduler: {:9.2} µs ({:.3} of direct, per round \
+         {:.3}), CPU {:9.2} µs a task against {:.2} µs direct ({:.3}, per round {:.3})",
+        guest.language,
+        median(scheduled.micros.clone()),
+        median(scheduled.micros.clone()) / full_us,
+        per_round(&scheduled.micros, &full.micros),
+        median(scheduled.cpu_micros.clone()),
+        median(full.cpu_micros.clone()),
+        median(scheduled.cpu_micros.clone()) / median(full.cpu_micros.clone()),
+        per_round(&scheduled.cpu_micros, &full.cpu_micros),
     );
     Ok(full_us)
 }
