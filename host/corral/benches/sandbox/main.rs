@@ -235,16 +235,19 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
     // The scheduler's cost: each round against the direct round before it.
     let per_round =
         |of: &[f64], against: &[f64]| median(of.iter().zip(against).map(|(a, b)| a / b).collect());
-    println!(
-        "  {:<10} {label:<22} under the CPU scheduler: {:9.2} µs ({:.3} of direct, per round \
-         {:.3}), CPU {:9.2} µs a task against {:.2} µs direct ({:.3}, per round {:.3})",
-        guest.language,
-        median(scheduled.micros.clone()),
-        median(scheduled.micros.clone()) / full_us,
-        per_round(&scheduled.micros, &full.micros),
+    let scheduled_us = median(scheduled.micros.clone());
+    let (scheduled_cpu, full_cpu) = (
         median(scheduled.cpu_micros.clone()),
         median(full.cpu_micros.clone()),
-        median(scheduled.cpu_micros.clone()) / median(full.cpu_micros.clone()),
+    );
+    println!(
+        "  {:<10} {label:<22} under the CPU scheduler: {scheduled_us:9.2} µs ({:.3} of direct, \
+         per round {:.3}), CPU {scheduled_cpu:9.2} µs a task against {full_cpu:.2} µs direct \
+         ({:.3}, per round {:.3})",
+        guest.language,
+        scheduled_us / full_us,
+        per_round(&scheduled.micros, &full.micros),
+        scheduled_cpu / full_cpu,
         per_round(&scheduled.cpu_micros, &full.cpu_micros),
     );
     Ok(full_us)
