@@ -4,7 +4,8 @@
 //! `/metrics`) runs on the main runtime and always goes first, as do other
 //! processes on the machine — an engine's server beside the host, say:
 //! guests take the CPU that is left, and it is all theirs when nothing else
-//! wants it.
+//! wants it. (A task's first poll is the exception: see
+//! [`super::CpuScheduler::execute`].)
 
 use std::future::Future;
 use std::pin::Pin;
