@@ -159,8 +159,8 @@ async fn execute(
     }
     .instrument(waiting)
     .await;
-    // On a guest thread, only while it holds one of the host's cores: see
-    // `cpu`.
+    // Only while it holds one of the host's cores, on a guest thread from
+    // its first wait: see `cpu`.
     let (sandbox, component, prepared) = (
         session.sandbox.clone(),
         route.component.clone(),

@@ -11,17 +11,18 @@
 //! lower priority than the host's: the host's own work — polling,
 //! reporting, heartbeats, the admin API and `/metrics` — runs on its own
 //! runtime and goes first, whatever the guests do. Only a task's first
-//! poll, when it gets a slot the moment it asks, runs on the caller's
+//! poll, when it gets a slot the moment it asks, may run on the caller's
 //! thread: a short task then never pays the hand-off, and the host's
-//! threads give a task at most one time slice, once, and none while the
-//! slots are all taken ([`CpuScheduler::execute`]).
+//! threads give a task at most its first time slice, once, on at most half
+//! of them at a time, and none while the slots are all taken
+//! ([`CpuScheduler::execute`]).
 
 mod fair;
 mod threads;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -70,6 +71,30 @@ pub struct CpuScheduler {
     /// Where [`CpuScheduler::execute`] runs guests (none if the system
     /// refused the threads: then on the caller's).
     threads: Option<GuestThreads>,
+    /// How many more tasks' first polls may run on the host's threads now:
+    /// half the slots (one of two cores' threads stays the host's).
+    inline: AtomicUsize,
+}
+
+/// A task's first poll running on the host's threads: its place in
+/// [`CpuScheduler::inline`], given back when dropped (a panic too).
+struct Inline<'a>(&'a AtomicUsize);
+
+impl<'a> Inline<'a> {
+    fn take(places: &'a AtomicUsize) -> Option<Inline<'a>> {
+        places
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |free| {
+                free.checked_sub(1)
+            })
+            .ok()
+            .map(|_| Inline(places))
+    }
+}
+
+impl Drop for Inline<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 impl CpuScheduler {
@@ -86,18 +111,23 @@ impl CpuScheduler {
             metrics,
             timer: Mutex::new(None),
             threads,
+            inline: AtomicUsize::new(slots / 2),
         })
     }
 
     /// `work` run under the scheduler ([`CpuScheduler::run`]). Its first
-    /// poll runs on the caller's thread: a task given a slot at once that
-    /// ends within its first time slice — most activities — costs no
+    /// poll runs on the caller's thread when fewer than half the slots'
+    /// first polls already do: a task given a slot at once that ends
+    /// within its first time slice — most activities — then costs no
     /// hand-off between threads (about 100 µs of CPU, four times a small
     /// task's own). From its first `Pending` — it waits for a slot, used up
-    /// its slice, or waits for I/O — it goes on on a guest thread. The
-    /// host's threads so give a task at most one slice, once, and only
-    /// while a slot is free: under full guest load every task waits its
-    /// turn and runs on the guest threads.
+    /// its slice, or waits for I/O — it goes on on a guest thread. That
+    /// first poll runs inside the guests' runtime (what it spawns, such as
+    /// an HTTP request's connection, and its timers, are theirs), and the
+    /// host's threads give a task at most its first slice (one fuel
+    /// interval, or the watchdog's slice in host calls, with the task's
+    /// conversion and instantiation), once; never more than half of them
+    /// at a time, and none while the slots are all taken.
     pub async fn execute<F>(
         self: &Arc<Self>,
         tenant: Arc<str>,
@@ -120,11 +150,22 @@ impl CpuScheduler {
         let Some(threads) = &self.threads else {
             return scheduled.await;
         };
-        let here = std::future::poll_fn(|cx| match Pin::new(&mut scheduled).poll(cx) {
-            Poll::Ready(done) => Poll::Ready(Some(done)),
-            Poll::Pending => Poll::Ready(None),
-        })
-        .await;
+        let here = match Inline::take(&self.inline) {
+            Some(place) => {
+                // Returns at once: the guard never crosses an await.
+                let here = std::future::poll_fn(|cx| {
+                    let _guests = threads.enter();
+                    match Pin::new(&mut scheduled).poll(cx) {
+                        Poll::Ready(done) => Poll::Ready(Some(done)),
+                        Poll::Pending => Poll::Ready(None),
+                    }
+                })
+                .await;
+                drop(place);
+                here
+            }
+            None => None,
+        };
         match here {
             Some(done) => done,
             None => threads.spawn(scheduled).await,
@@ -152,6 +193,7 @@ impl CpuScheduler {
             share,
             work: Some(Box::pin(work)),
             holding: false,
+            polled: false,
             waiting: None,
             used: CpuUse::default(),
             waker: Waker::from(noting.clone()),
@@ -205,6 +247,8 @@ pub struct Scheduled<F> {
     work: Option<Pin<Box<F>>>,
     /// Holds a slot: set around each poll of `work`.
     holding: bool,
+    /// `work` has been polled.
+    polled: bool,
     /// In line since then, when it is.
     waiting: Option<(Ticket, Instant)>,
     used: CpuUse,
@@ -219,6 +263,16 @@ pub struct Scheduled<F> {
 struct Noting {
     woken: AtomicBool,
     outer: Mutex<Waker>,
+}
+
+impl Noting {
+    /// Passes wakes on to `waker` from now on.
+    fn follow(&self, waker: &Waker) {
+        let mut outer = lock(&self.outer);
+        if !outer.will_wake(waker) {
+            *outer = waker.clone();
+        }
+    }
 }
 
 impl std::task::Wake for Noting {
@@ -249,6 +303,15 @@ impl<F: Future> Future for Scheduled<F> {
         let (ticket, since) = match &this.waiting {
             Some(waiting) => waiting.clone(),
             None => {
+                // Polled before its work was woken (moved to a guest
+                // thread after a wait for I/O, a spurious wake): it waits
+                // on, asking for no slot.
+                if this.polled && !this.noting.woken.load(Ordering::Acquire) {
+                    this.noting.follow(cx.waker());
+                    if !this.noting.woken.load(Ordering::Acquire) {
+                        return Poll::Pending;
+                    }
+                }
                 let ticket = new_ticket();
                 let now = Instant::now();
                 this.waiting = Some((ticket.clone(), now));
@@ -273,12 +336,7 @@ impl<F: Future> Future for Scheduled<F> {
         let waited = since.elapsed();
         this.used.waited += waited;
         this.unreported.waited += waited;
-        {
-            let mut outer = lock(&this.noting.outer);
-            if !outer.will_wake(cx.waker()) {
-                *outer = cx.waker().clone();
-            }
-        }
+        this.noting.follow(cx.waker());
         this.noting.woken.store(false, Ordering::Release);
         let Some(work) = this.work.as_mut() else {
             // Polled again after it ended: nothing to run.
@@ -287,6 +345,7 @@ impl<F: Future> Future for Scheduled<F> {
         };
         // Until released: a panic in the poll must not keep the slot.
         this.holding = true;
+        this.polled = true;
         let before = thread_cpu();
         let polled = work.as_mut().poll(&mut Context::from_waker(&this.waker));
         if polled.is_ready() {

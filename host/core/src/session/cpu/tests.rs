@@ -32,120 +32,177 @@ async fn burn(cpu: Duration) {
     }
 }
 
+/// The name of the thread it runs on, and its nice value.
+fn here() -> (Option<String>, i32) {
+    let name = std::thread::current().name().map(str::to_owned);
+    (name, threads::priority())
+}
+
+/// `work` executed by a task of `tenant`.
+fn execute<F>(
+    scheduler: &Arc<CpuScheduler>,
+    tenant: &str,
+    work: F,
+) -> impl Future<Output = (F::Output, CpuUse)> + Send + 'static
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (scheduler, tenant) = (scheduler.clone(), Arc::from(tenant));
+    async move {
+        let share = CpuShare::default();
+        scheduler
+            .execute(tenant, "where".to_owned(), share, work)
+            .await
+    }
+}
+
+/// A task of `tenant` that holds a slot, on a guest thread if `yields`
+/// first or else on the caller's, until `end` is sent; `started` once it
+/// holds it.
+fn hold(
+    scheduler: &Arc<CpuScheduler>,
+    tenant: &str,
+    yields: bool,
+) -> (
+    tokio::task::JoinHandle<((), CpuUse)>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let (started, has_started) = std::sync::mpsc::channel();
+    let (end, ended) = std::sync::mpsc::channel::<()>();
+    let holder = tokio::spawn(execute(scheduler, tenant, async move {
+        if yields {
+            Yield(false).await;
+        }
+        let _ = started.send(());
+        let _ = ended.recv_timeout(Duration::from_secs(10));
+    }));
+    has_started
+        .recv_timeout(Duration::from_secs(10))
+        .expect("it holds its slot");
+    (holder, end)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guests_execute_on_their_own_threads_below_the_hosts_priority() {
     let scheduler = CpuScheduler::new(2, Arc::new(Metrics::default()));
     let host = threads::priority();
-    let here = || {
-        let name = std::thread::current().name().map(str::to_owned);
-        (name, threads::priority())
-    };
     // A task that used a whole slice (and yielded) goes on on a guest
     // thread, at the guests' priority.
-    let ((name, nice), _) = scheduler
-        .execute(
-            Arc::from("a"),
-            "where".to_owned(),
-            CpuShare::default(),
-            async move {
-                Yield(false).await;
-                here()
-            },
-        )
-        .await;
+    let ((name, nice), _) = execute(&scheduler, "a", async {
+        Yield(false).await;
+        here()
+    })
+    .await;
     assert_eq!(name.as_deref(), Some("corral-guest"));
     assert_eq!(nice, (host + GUEST_NICE).min(19), "host at nice {host}");
-    // A short task, given a slot at once, runs where it was called.
+    // A short task, given a slot at once, runs where it was called...
     let caller = here();
     let (short, _) = scheduler
         .execute(
             Arc::from("a"),
             "where".to_owned(),
             CpuShare::default(),
-            async move { here() },
+            async { here() },
         )
         .await;
     assert_eq!(short, caller);
+    // ...inside the guests' runtime: what it spawns runs on their threads.
+    let (spawned, _) = execute(&scheduler, "a", async {
+        tokio::spawn(async { here() }).await.ok()
+    })
+    .await;
+    assert_eq!(
+        spawned.and_then(|(name, _)| name).as_deref(),
+        Some("corral-guest")
+    );
     // A task that waits for I/O goes on on a guest thread once woken.
     let (wake, woken) = tokio::sync::oneshot::channel::<()>();
-    let mut waits = Box::pin(scheduler.execute(
-        Arc::from("a"),
-        "where".to_owned(),
-        CpuShare::default(),
-        async move {
-            let _ = woken.await;
-            here()
-        },
-    ));
+    let mut waits = Box::pin(execute(&scheduler, "a", async move {
+        let _ = woken.await;
+        here()
+    }));
     let mut cx = Context::from_waker(Waker::noop());
     assert!(waits.as_mut().poll(&mut cx).is_pending());
     let _ = wake.send(());
     let ((name, _), _) = waits.await;
     assert_eq!(name.as_deref(), Some("corral-guest"));
-    // A guest's panic reaches the caller, and its slot is free again.
-    let panicked = tokio::spawn({
-        let scheduler = scheduler.clone();
-        async move {
-            scheduler
-                .execute(
-                    Arc::from("a"),
-                    "panic".to_owned(),
-                    CpuShare::default(),
-                    async { panic!("a broken invariant") },
-                )
-                .await
-        }
-    })
-    .await;
-    assert!(panicked.unwrap_err().is_panic());
-    let run = scheduler.execute(
-        Arc::from("b"),
-        "seven".to_owned(),
-        CpuShare::default(),
-        async { 7 },
-    );
-    let (seven, _) = tokio::time::timeout(Duration::from_secs(10), run)
-        .await
-        .expect("the slots are free");
-    assert_eq!(seven, 7);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_that_waits_for_a_slot_runs_on_a_guest_thread() {
+async fn a_guests_panic_reaches_the_caller_and_frees_its_slot_and_place() {
+    // On a guest thread: the only slot is free again.
     let scheduler = CpuScheduler::new(1, Arc::new(Metrics::default()));
-    // `a` holds the only slot (running on the thread that called it)
-    // until told to end.
-    let (started, has_started) = std::sync::mpsc::channel();
-    let (end, ended) = std::sync::mpsc::channel::<()>();
-    let holder = tokio::spawn({
-        let scheduler = scheduler.clone();
-        async move {
-            let hold = async move {
-                let _ = started.send(());
-                let _ = ended.recv_timeout(Duration::from_secs(10));
-            };
-            let share = CpuShare::default();
-            let held = scheduler.execute(Arc::from("a"), "hold".to_owned(), share, hold);
-            held.await
-        }
-    });
-    has_started
-        .recv_timeout(Duration::from_secs(10))
-        .expect("a runs");
-    let mut waits = Box::pin(scheduler.execute(
-        Arc::from("b"),
-        "where".to_owned(),
-        CpuShare::default(),
-        async { std::thread::current().name().map(str::to_owned) },
-    ));
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(waits.as_mut().poll(&mut cx).is_pending());
-    let _ = end.send(());
-    holder.await.unwrap();
-    let (name, _) = tokio::time::timeout(Duration::from_secs(10), waits)
+    let panicked = tokio::spawn(execute(&scheduler, "a", async {
+        Yield(false).await;
+        panic!("a broken invariant")
+    }))
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    let seven = execute(&scheduler, "b", async { 7 });
+    let (seven, _) = tokio::time::timeout(Duration::from_secs(10), seven)
         .await
         .expect("the slot is free");
+    assert_eq!(seven, 7);
+    // On the caller's thread: its place there is free again.
+    let scheduler = CpuScheduler::new(2, Arc::new(Metrics::default()));
+    let panicked = tokio::spawn(execute(&scheduler, "a", async {
+        panic!("a broken invariant")
+    }))
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    let caller = here();
+    let (short, _) = scheduler
+        .execute(
+            Arc::from("b"),
+            "where".to_owned(),
+            CpuShare::default(),
+            async { here() },
+        )
+        .await;
+    assert_eq!(short, caller);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_task_that_waits_for_a_slot_runs_on_a_guest_thread() {
+    // Both slots held, on guest threads: the caller's place is free, but
+    // `b` must wait, and waits on a guest thread.
+    let scheduler = CpuScheduler::new(2, Arc::new(Metrics::default()));
+    let holders = [hold(&scheduler, "a", true), hold(&scheduler, "a", true)];
+    let mut waits = Box::pin(execute(&scheduler, "b", async { here() }));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(
+        waits.as_mut().poll(&mut cx).is_pending(),
+        "ran without a slot"
+    );
+    for (holder, end) in holders {
+        let _ = end.send(());
+        holder.await.unwrap();
+    }
+    let ((name, _), _) = tokio::time::timeout(Duration::from_secs(10), waits)
+        .await
+        .expect("the slots are free");
     assert_eq!(name.as_deref(), Some("corral-guest"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_half_the_slots_run_a_first_poll_on_the_callers_threads() {
+    // Two slots: `a`'s first poll takes the one place on the host's
+    // threads, so `b`, with a slot free, runs on a guest thread.
+    let scheduler = CpuScheduler::new(2, Arc::new(Metrics::default()));
+    let (holder, end) = hold(&scheduler, "a", false);
+    let mut runs = Box::pin(execute(&scheduler, "b", async { here() }));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(
+        runs.as_mut().poll(&mut cx).is_pending(),
+        "ran on the caller's thread"
+    );
+    let ((name, _), _) = tokio::time::timeout(Duration::from_secs(10), runs)
+        .await
+        .expect("a slot is free");
+    assert_eq!(name.as_deref(), Some("corral-guest"));
+    let _ = end.send(());
+    holder.await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,14 @@ impl GuestThreads {
     }
 }
 
+impl GuestThreads {
+    /// Makes the guests' runtime the current one until dropped: what the
+    /// caller spawns, and its timers, are the guests'.
+    pub fn enter(&self) -> Option<tokio::runtime::EnterGuard<'_>> {
+        self.0.as_ref().map(Runtime::enter)
+    }
+}
+
 impl Drop for GuestThreads {
     fn drop(&mut self) {
         // Dropping a runtime may not block inside another one.
