@@ -20,7 +20,6 @@
 //! metrics to read). `CORRAL_FAIRNESS_LIGHT` sets how many light
 //! activities each phase runs (default 40).
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -175,19 +174,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted.get(at).copied().unwrap_or_default()
 }
 
-/// What the host's `/metrics` says now.
-fn scrape(port: u16) -> Result<String> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    Ok(text)
-}
-
 /// How many of light's tasks took corral longer than 100 ms (from the
 /// task's start in the host to its outcome), and how many it ran.
 fn light_over_100ms(port: u16) -> Result<(u64, u64)> {
-    let text = scrape(port)?;
+    let text = common::scrape(port)?;
     let count = |le: &str| -> u64 {
         text.lines()
             .filter(|l| {
@@ -203,7 +193,7 @@ fn light_over_100ms(port: u16) -> Result<(u64, u64)> {
 
 /// Each tenant's `corral_tenant_cpu_seconds_total`, summed over types.
 fn cpu_seconds(port: u16) -> Result<std::collections::BTreeMap<String, f64>> {
-    let text = scrape(port)?;
+    let text = common::scrape(port)?;
     let mut by_tenant = std::collections::BTreeMap::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("corral_tenant_cpu_seconds_total{tenant=\"") else {

@@ -224,6 +224,69 @@ fn footprint(pid: u32) -> Result<(u64, usize)> {
     Ok((common::status(pid, "VmRSS")?, common::descriptors(pid)?))
 }
 
+/// The good tenants' tasks as the host counts them: how many, and the
+/// seconds they took in it (start to outcome), used of CPU and waited for
+/// a core.
+#[derive(Clone, Copy, Default)]
+struct InHost {
+    tasks: f64,
+    took: f64,
+    cpu: f64,
+    waited: f64,
+}
+
+impl InHost {
+    fn now(metrics: u16) -> Result<InHost> {
+        let text = common::scrape(metrics)?;
+        let sum = |metric| common::tenants_sum(&text, metric, &["good-a", "good-b"]);
+        Ok(InHost {
+            tasks: sum("corral_task_duration_seconds_count"),
+            took: sum("corral_task_duration_seconds_sum"),
+            cpu: sum("corral_tenant_cpu_seconds_total"),
+            waited: sum("corral_tenant_cpu_wait_seconds_total"),
+        })
+    }
+
+    /// What was counted between `before` and this, per task, in ms.
+    fn per_task_since(self, before: InHost) -> String {
+        let tasks = (self.tasks - before.tasks).max(1.0);
+        let ms = |now: f64, then: f64| (now - then) * 1e3 / tasks;
+        format!(
+            "{:.2} ms (CPU {:.2} ms, waiting for a core {:.2} ms)",
+            ms(self.took, before.took),
+            ms(self.cpu, before.cpu),
+            ms(self.waited, before.waited)
+        )
+    }
+}
+
+/// The CPU the engine's server and corral have used so far, and when.
+struct Cores {
+    at: Instant,
+    server: Duration,
+    corral: Duration,
+}
+
+impl Cores {
+    fn now(server: u32, corral: u32) -> Result<Cores> {
+        Ok(Cores {
+            at: Instant::now(),
+            server: common::cpu_time(server)?,
+            corral: common::cpu_time(corral)?,
+        })
+    }
+
+    /// The cores each used on average between `before` and this.
+    fn since(&self, before: &Cores) -> String {
+        let wall = self.at.duration_since(before.at).as_secs_f64().max(1e-9);
+        format!(
+            "engine's server {:.2}, corral {:.2}",
+            (self.server - before.server).as_secs_f64() / wall,
+            (self.corral - before.corral).as_secs_f64() / wall
+        )
+    }
+}
+
 fn percentile(latencies: &mut [Duration], p: f64) -> Duration {
     latencies.sort_unstable();
     let i = ((latencies.len() as f64 - 1.0) * p).round() as usize;
@@ -238,14 +301,22 @@ async fn connect(address: &str) -> Result<Client> {
     )?)
 }
 
-fn config(address: &str, dist: &std::path::Path, hostile: &std::path::Path) -> String {
+fn config(
+    address: &str,
+    dist: &std::path::Path,
+    hostile: &std::path::Path,
+    metrics: u16,
+) -> String {
     let file = |name: &str| {
         format!(
             "{:?}",
             dist.join(format!("{name}.wasm")).display().to_string()
         )
     };
-    let mut text = String::from("[host]\nmax_concurrent = 32\nshutdown_grace = \"5s\"\n");
+    let mut text = format!(
+        "[host]\nmax_concurrent = 32\nshutdown_grace = \"5s\"\n\
+         metrics_listen = \"127.0.0.1:{metrics}\"\n"
+    );
     for (tenant, limits, components) in [
         ("good-a", "max_concurrent = 12", vec![file("echo")]),
         ("good-b", "max_concurrent = 12", vec![file("greeter")]),
@@ -286,10 +357,11 @@ async fn soak() -> Result<()> {
     }
     let dir = std::env::temp_dir().join(format!("corral-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let (_server, address) = dev_server()?;
+    let (server, address) = dev_server()?;
     let client = Arc::new(connect(&address).await?);
     let config_path = dir.join("corral.toml");
-    std::fs::write(&config_path, config(&address, &dist, &hostile))?;
+    let metrics = corral::dev_server::free_loopback_port()?;
+    std::fs::write(&config_path, config(&address, &dist, &hostile, metrics))?;
     // CORRAL_BENCH_BIN: another build (an older commit) under the same load.
     let binary = std::env::var_os("CORRAL_BENCH_BIN")
         .unwrap_or_else(|| std::ffi::OsString::from(env!("CARGO_BIN_EXE_corral")));
@@ -308,6 +380,8 @@ async fn soak() -> Result<()> {
     let mut warm = drive(client.clone(), good.clone(), 50, 8, "warm").await?;
     warm.extend(drive(client.clone(), hostile_kinds.clone(), 10, 10, "warm").await?);
     let start = footprint(pid)?;
+    let warmed = InHost::now(metrics)?;
+    let cores_warmed = Cores::now(server.0.id(), pid)?;
 
     // Phase 1: the good tenants alone.
     let under_attack_good = total * (10 - HOSTILE_PER_TEN) / 10 * 7 / 9;
@@ -323,6 +397,8 @@ async fn soak() -> Result<()> {
     )
     .await?;
     let alone_time = began.elapsed();
+    let after_alone = InHost::now(metrics)?;
+    let cores_alone = Cores::now(server.0.id(), pid)?;
 
     // Phase 2: the same beside the hostile tenant, saturated throughout.
     let began = Instant::now();
@@ -345,12 +421,25 @@ async fn soak() -> Result<()> {
     let (beside, attack) = (beside?, attack?);
     let attack_time = began.elapsed();
     let end = footprint(pid)?;
+    let after_beside = InHost::now(metrics)?;
+    let cores_beside = Cores::now(server.0.id(), pid)?;
     drop(corral);
 
     report(
         &[&warm, &alone, &beside, &attack],
         (alone_time, attack_time),
         (start, end),
+    );
+    println!(
+        "  good tenants in the host, per activity: alone {}; beside the hostile load {}",
+        after_alone.per_task_since(warmed),
+        after_beside.per_task_since(after_alone)
+    );
+    println!(
+        "  cores used, of {}: alone {}; beside the hostile load {}",
+        std::thread::available_parallelism().map_or(1, usize::from),
+        cores_alone.since(&cores_warmed),
+        cores_beside.since(&cores_alone)
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

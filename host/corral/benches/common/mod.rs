@@ -104,6 +104,31 @@ pub async fn connect(address: &str, compression: GrpcCompression) -> Result<Conn
 
 /// A `/proc/…/stat` line split: the command name, and the fields after it
 /// (the name may hold spaces; the fields are space separated).
+/// What a host's `/metrics` says now.
+pub fn scrape(port: u16) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// The sum of every series of `metric` in `text` whose tenant (its first
+/// label) is one of `tenants`.
+pub fn tenants_sum(text: &str, metric: &str, tenants: &[&str]) -> f64 {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(metric)?.strip_prefix("{tenant=\"")?;
+            let (tenant, rest) = rest.split_once('"')?;
+            if !tenants.contains(&tenant) {
+                return None;
+            }
+            rest.rsplit(' ').next()?.parse::<f64>().ok()
+        })
+        .sum()
+}
+
 pub fn stat_fields(stat: &str) -> Result<(&str, Vec<&str>)> {
     let (head, after) = stat.rsplit_once(')').context("stat")?;
     let name = head.split_once('(').context("stat")?.1;
