@@ -226,33 +226,42 @@ fn footprint(pid: u32) -> Result<(u64, usize)> {
 
 /// The good tenants' tasks as the host counts them: how many, and the
 /// seconds they took in it (start to outcome), used of CPU and waited for
-/// a core.
+/// a core; each none where the host did not say (an older build, or
+/// `/metrics` not answering: the run goes on).
 #[derive(Clone, Copy, Default)]
 struct InHost {
-    tasks: f64,
-    took: f64,
-    cpu: f64,
-    waited: f64,
+    tasks: Option<f64>,
+    took: Option<f64>,
+    cpu: Option<f64>,
+    waited: Option<f64>,
 }
 
 impl InHost {
-    fn now(metrics: u16) -> Result<InHost> {
-        let text = common::scrape(metrics)?;
+    fn now(metrics: u16) -> InHost {
+        let Ok(text) = common::scrape(metrics) else {
+            return InHost::default();
+        };
         let sum = |metric| common::tenants_sum(&text, metric, &["good-a", "good-b"]);
-        Ok(InHost {
+        InHost {
             tasks: sum("corral_task_duration_seconds_count"),
             took: sum("corral_task_duration_seconds_sum"),
             cpu: sum("corral_tenant_cpu_seconds_total"),
             waited: sum("corral_tenant_cpu_wait_seconds_total"),
-        })
+        }
     }
 
     /// What was counted between `before` and this, per task, in ms.
     fn per_task_since(self, before: InHost) -> String {
-        let tasks = (self.tasks - before.tasks).max(1.0);
-        let ms = |now: f64, then: f64| (now - then) * 1e3 / tasks;
+        let tasks = match (self.tasks, before.tasks) {
+            (Some(now), Some(then)) => (now - then).max(1.0),
+            _ => return "n/a (no task counts from the host)".to_owned(),
+        };
+        let ms = |now: Option<f64>, then: Option<f64>| match (now, then) {
+            (Some(now), Some(then)) => format!("{:.2} ms", (now - then) * 1e3 / tasks),
+            _ => "n/a".to_owned(),
+        };
         format!(
-            "{:.2} ms (CPU {:.2} ms, waiting for a core {:.2} ms)",
+            "{} (CPU {}, waiting for a core {})",
             ms(self.took, before.took),
             ms(self.cpu, before.cpu),
             ms(self.waited, before.waited)
@@ -380,7 +389,7 @@ async fn soak() -> Result<()> {
     let mut warm = drive(client.clone(), good.clone(), 50, 8, "warm").await?;
     warm.extend(drive(client.clone(), hostile_kinds.clone(), 10, 10, "warm").await?);
     let start = footprint(pid)?;
-    let warmed = InHost::now(metrics)?;
+    let warmed = InHost::now(metrics);
     let cores_warmed = Cores::now(server.0.id(), pid)?;
 
     // Phase 1: the good tenants alone.
@@ -397,7 +406,7 @@ async fn soak() -> Result<()> {
     )
     .await?;
     let alone_time = began.elapsed();
-    let after_alone = InHost::now(metrics)?;
+    let after_alone = InHost::now(metrics);
     let cores_alone = Cores::now(server.0.id(), pid)?;
 
     // Phase 2: the same beside the hostile tenant, saturated throughout.
@@ -421,7 +430,7 @@ async fn soak() -> Result<()> {
     let (beside, attack) = (beside?, attack?);
     let attack_time = began.elapsed();
     let end = footprint(pid)?;
-    let after_beside = InHost::now(metrics)?;
+    let after_beside = InHost::now(metrics);
     let cores_beside = Cores::now(server.0.id(), pid)?;
     drop(corral);
 

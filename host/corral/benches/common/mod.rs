@@ -102,22 +102,23 @@ pub async fn connect(address: &str, compression: GrpcCompression) -> Result<Conn
     }
 }
 
-/// A `/proc/…/stat` line split: the command name, and the fields after it
-/// (the name may hold spaces; the fields are space separated).
-/// What a host's `/metrics` says now.
+/// What a host's `/metrics` says now (an error unless it answers 200).
 pub fn scrape(port: u16) -> Result<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
     stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
     let mut text = String::new();
     stream.read_to_string(&mut text)?;
+    let status = text.lines().next().unwrap_or_default();
+    anyhow::ensure!(status.contains(" 200 "), "/metrics answered {status:?}");
     Ok(text)
 }
 
 /// The sum of every series of `metric` in `text` whose tenant (its first
-/// label) is one of `tenants`.
-pub fn tenants_sum(text: &str, metric: &str, tenants: &[&str]) -> f64 {
-    text.lines()
+/// label) is one of `tenants`; none if no such series is there.
+pub fn tenants_sum(text: &str, metric: &str, tenants: &[&str]) -> Option<f64> {
+    let values: Vec<f64> = text
+        .lines()
         .filter_map(|line| {
             let rest = line.strip_prefix(metric)?.strip_prefix("{tenant=\"")?;
             let (tenant, rest) = rest.split_once('"')?;
@@ -126,9 +127,12 @@ pub fn tenants_sum(text: &str, metric: &str, tenants: &[&str]) -> f64 {
             }
             rest.rsplit(' ').next()?.parse::<f64>().ok()
         })
-        .sum()
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
 }
 
+/// A `/proc/…/stat` line split: the command name, and the fields after it
+/// (the name may hold spaces; the fields are space separated).
 pub fn stat_fields(stat: &str) -> Result<(&str, Vec<&str>)> {
     let (head, after) = stat.rsplit_once(')').context("stat")?;
     let name = head.split_once('(').context("stat")?.1;

@@ -32,10 +32,10 @@ async fn burn(cpu: Duration) {
     }
 }
 
-/// The name of the thread it runs on, its nice value and its policy.
-fn here() -> (Option<String>, i32, i32) {
+/// The name of the thread it runs on, and its nice value.
+fn here() -> (Option<String>, i32) {
     let name = std::thread::current().name().map(str::to_owned);
-    (name, threads::priority(), threads::policy())
+    (name, threads::priority())
 }
 
 /// `work` executed by a task of `tenant`.
@@ -89,14 +89,13 @@ async fn guests_execute_on_their_own_threads_below_the_hosts_priority() {
     let host = threads::priority();
     // A task that used a whole slice (and yielded) goes on on a guest
     // thread, at the guests' priority.
-    let ((name, nice, policy), _) = execute(&scheduler, "a", async {
+    let ((name, nice), _) = execute(&scheduler, "a", async {
         Yield(false).await;
         here()
     })
     .await;
     assert_eq!(name.as_deref(), Some("corral-guest"));
     assert_eq!(nice, (host + GUEST_NICE).min(19), "host at nice {host}");
-    assert_eq!(policy, libc::SCHED_IDLE);
     // A short task, given a slot at once, runs where it was called...
     let caller = here();
     let (short, _) = scheduler
@@ -114,7 +113,7 @@ async fn guests_execute_on_their_own_threads_below_the_hosts_priority() {
     })
     .await;
     assert_eq!(
-        spawned.and_then(|(name, _, _)| name).as_deref(),
+        spawned.and_then(|(name, _)| name).as_deref(),
         Some("corral-guest")
     );
     // A task that waits for I/O goes on on a guest thread once woken.
@@ -126,7 +125,7 @@ async fn guests_execute_on_their_own_threads_below_the_hosts_priority() {
     let mut cx = Context::from_waker(Waker::noop());
     assert!(waits.as_mut().poll(&mut cx).is_pending());
     let _ = wake.send(());
-    let ((name, _, _), _) = waits.await;
+    let ((name, _), _) = waits.await;
     assert_eq!(name.as_deref(), Some("corral-guest"));
 }
 
@@ -180,7 +179,7 @@ async fn a_task_that_waits_for_a_slot_runs_on_a_guest_thread() {
         let _ = end.send(());
         holder.await.unwrap();
     }
-    let ((name, _, _), _) = tokio::time::timeout(Duration::from_secs(10), waits)
+    let ((name, _), _) = tokio::time::timeout(Duration::from_secs(10), waits)
         .await
         .expect("the slots are free");
     assert_eq!(name.as_deref(), Some("corral-guest"));
@@ -198,7 +197,7 @@ async fn at_most_half_the_slots_run_a_first_poll_on_the_callers_threads() {
         runs.as_mut().poll(&mut cx).is_pending(),
         "ran on the caller's thread"
     );
-    let ((name, _, _), _) = tokio::time::timeout(Duration::from_secs(10), runs)
+    let ((name, _), _) = tokio::time::timeout(Duration::from_secs(10), runs)
         .await
         .expect("a slot is free");
     assert_eq!(name.as_deref(), Some("corral-guest"));

@@ -1,11 +1,5 @@
 //! The threads guests run on: a runtime of their own, one thread per guest
-//! slot, each under the kernel's `SCHED_IDLE` policy (and nice 10 lower
-//! than the host, where that policy is refused): a core runs a guest only
-//! when no other thread wants it, and a host thread that wakes takes the
-//! core from a guest at once rather than at the end of the guest's time
-//! slice. (Nice 10 alone left the engine's server beside corral waiting for
-//! guests at each of its many wake-ups: the soak's good tenants' p99 was
-//! 1.5–1.8× beside the hostile load, 1.3–1.45× under `SCHED_IDLE`.)
+//! slot, each at a lower CPU priority (nice) than the host's own threads.
 //! The host's work (polling, reporting, heartbeats, the admin API,
 //! `/metrics`) runs on the main runtime and always goes first, as do other
 //! processes on the machine — an engine's server beside the host, say:
@@ -20,10 +14,9 @@ use std::task::{Context, Poll};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
-/// How much lower guest threads' nice value is than the host's (added to
-/// the host's, at most 19), for a host that refuses `SCHED_IDLE`: a thread
-/// 10 lower gets about a tenth of the CPU of one at the host's when both
-/// want it.
+/// How much lower guest threads' priority is than the host's (added to the
+/// host's nice value, at most 19): a thread 10 lower gets about a tenth of
+/// the CPU of one at the host's when both want it.
 pub const GUEST_NICE: i32 = 10;
 
 /// The guests' runtime; shut down without waiting when dropped.
@@ -96,20 +89,15 @@ impl<T> Drop for OnGuestThread<T> {
     }
 }
 
-/// Lowers the calling thread's priority (Linux: nice and the scheduling
-/// policy are per thread) to `SCHED_IDLE`, and its nice value for a host
-/// that refuses the policy. A host that refuses both runs guests at the
-/// host's priority. (Lowering either needs no privilege.)
+/// Lowers the calling thread's priority (Linux: nice is per thread). A
+/// host where that is refused runs guests at the host's priority.
 fn lower_priority() {
-    let idle = libc::sched_param { sched_priority: 0 };
-    // SAFETY: getpriority, setpriority and sched_setscheduler on the
-    // calling thread (who = 0, pid = 0) read and change nothing but its
-    // scheduling; `idle` outlives the call. (getpriority's -1 is also a
-    // nice value: a host at -1 puts guests at 9.)
+    // SAFETY: getpriority and setpriority on the calling thread (who = 0)
+    // read and change nothing but its scheduling priority. (getpriority's
+    // -1 is also a nice value: a host at -1 puts guests at 9.)
     unsafe {
         let host = libc::getpriority(libc::PRIO_PROCESS, 0);
         let _ = libc::setpriority(libc::PRIO_PROCESS, 0, (host + GUEST_NICE).min(19));
-        let _ = libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle);
     }
 }
 
@@ -118,11 +106,4 @@ fn lower_priority() {
 pub(super) fn priority() -> i32 {
     // SAFETY: getpriority reads the calling thread's nice value.
     unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
-}
-
-/// The scheduling policy of the calling thread.
-#[cfg(test)]
-pub(super) fn policy() -> i32 {
-    // SAFETY: sched_getscheduler reads the calling thread's policy.
-    unsafe { libc::sched_getscheduler(0) }
 }
