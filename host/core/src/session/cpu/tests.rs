@@ -58,7 +58,7 @@ where
 }
 
 /// A task of `tenant` that holds a slot, on a guest thread if `yields`
-/// first or else on the caller's, until `end` is sent; `started` once it
+/// first or else on the caller's, until `end` is sent; returned once it
 /// holds it.
 fn hold(
     scheduler: &Arc<CpuScheduler>,
@@ -98,14 +98,7 @@ async fn guests_execute_on_their_own_threads_below_the_hosts_priority() {
     assert_eq!(nice, (host + GUEST_NICE).min(19), "host at nice {host}");
     // A short task, given a slot at once, runs where it was called...
     let caller = here();
-    let (short, _) = scheduler
-        .execute(
-            Arc::from("a"),
-            "where".to_owned(),
-            CpuShare::default(),
-            async { here() },
-        )
-        .await;
+    let (short, _) = execute(&scheduler, "a", async { here() }).await;
     assert_eq!(short, caller);
     // ...inside the guests' runtime: what it spawns runs on their threads.
     let (spawned, _) = execute(&scheduler, "a", async {
@@ -152,14 +145,7 @@ async fn a_guests_panic_reaches_the_caller_and_frees_its_slot_and_place() {
     .await;
     assert!(panicked.unwrap_err().is_panic());
     let caller = here();
-    let (short, _) = scheduler
-        .execute(
-            Arc::from("b"),
-            "where".to_owned(),
-            CpuShare::default(),
-            async { here() },
-        )
-        .await;
+    let (short, _) = execute(&scheduler, "b", async { here() }).await;
     assert_eq!(short, caller);
 }
 
@@ -190,17 +176,18 @@ async fn at_most_half_the_slots_run_a_first_poll_on_the_callers_threads() {
     // Two slots: `a`'s first poll takes the one place on the host's
     // threads, so `b`, with a slot free, runs on a guest thread.
     let scheduler = CpuScheduler::new(2, Arc::new(Metrics::default()));
+    // (Where its one poll ran is the test: it may end before a first
+    // poll of the caller's would see it pending.)
     let (holder, end) = hold(&scheduler, "a", false);
-    let mut runs = Box::pin(execute(&scheduler, "b", async { here() }));
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(
-        runs.as_mut().poll(&mut cx).is_pending(),
-        "ran on the caller's thread"
-    );
+    let runs = execute(&scheduler, "b", async { here() });
     let ((name, _), _) = tokio::time::timeout(Duration::from_secs(10), runs)
         .await
         .expect("a slot is free");
-    assert_eq!(name.as_deref(), Some("corral-guest"));
+    assert_eq!(
+        name.as_deref(),
+        Some("corral-guest"),
+        "ran on the caller's thread"
+    );
     let _ = end.send(());
     holder.await.unwrap();
 }
