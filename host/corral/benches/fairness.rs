@@ -191,19 +191,15 @@ fn light_over_100ms(port: u16) -> Result<(u64, u64)> {
     Ok((all - within, all))
 }
 
-/// Each tenant's `corral_tenant_cpu_seconds_total`, summed over types.
-fn cpu_seconds(port: u16) -> Result<std::collections::BTreeMap<String, f64>> {
+/// `heavy`'s and `busy`'s `corral_tenant_cpu_seconds_total`, each summed
+/// over types, from one reading.
+fn cpu_seconds(port: u16) -> Result<(f64, f64)> {
     let text = common::scrape(port)?;
-    let mut by_tenant = std::collections::BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("corral_tenant_cpu_seconds_total{tenant=\"") else {
-            continue;
-        };
-        let (tenant, rest) = rest.split_once('"').context("a tenant label")?;
-        let value: f64 = rest.rsplit(' ').next().context("a value")?.parse()?;
-        *by_tenant.entry(tenant.to_owned()).or_default() += value;
-    }
-    Ok(by_tenant)
+    let of = |tenant| -> Result<f64> {
+        let sum = common::tenants_sum(&text, "corral_tenant_cpu_seconds_total", &[tenant])?;
+        Ok(sum.unwrap_or(0.0))
+    };
+    Ok((of("heavy")?, of("busy")?))
 }
 
 /// `corral serve` with `config` written to `path`, once it says it is
@@ -342,8 +338,7 @@ async fn run_build(
     }
     let heavy_share = match (before, after) {
         (Some(before), Some(after)) => {
-            let used = |t: &str| after.get(t).unwrap_or(&0.0) - before.get(t).unwrap_or(&0.0);
-            let (heavy, busy) = (used("heavy"), used("busy"));
+            let (heavy, busy) = (after.0 - before.0, after.1 - before.1);
             Some(heavy / (heavy + busy))
         }
         _ => None,

@@ -241,7 +241,11 @@ impl InHost {
         let Ok(text) = common::scrape(metrics) else {
             return InHost::default();
         };
-        let sum = |metric| common::tenants_sum(&text, metric, &["good-a", "good-b"]);
+        let sum = |metric| {
+            common::tenants_sum(&text, metric, &["good-a", "good-b"])
+                .ok()
+                .flatten()
+        };
         InHost {
             tasks: sum("corral_task_duration_seconds_count"),
             took: sum("corral_task_duration_seconds_sum"),

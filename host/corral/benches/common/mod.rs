@@ -115,20 +115,24 @@ pub fn scrape(port: u16) -> Result<String> {
 }
 
 /// The sum of every series of `metric` in `text` whose tenant (its first
-/// label) is one of `tenants`; none if no such series is there.
-pub fn tenants_sum(text: &str, metric: &str, tenants: &[&str]) -> Option<f64> {
-    let values: Vec<f64> = text
-        .lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix(metric)?.strip_prefix("{tenant=\"")?;
-            let (tenant, rest) = rest.split_once('"')?;
-            if !tenants.contains(&tenant) {
-                return None;
-            }
-            rest.rsplit(' ').next()?.parse::<f64>().ok()
-        })
-        .collect();
-    (!values.is_empty()).then(|| values.iter().sum())
+/// label) is one of `tenants`; none if no such series is there, an error
+/// if one is malformed.
+pub fn tenants_sum(text: &str, metric: &str, tenants: &[&str]) -> Result<Option<f64>> {
+    let mut sum = None;
+    for line in text.lines() {
+        let Some(rest) = line
+            .strip_prefix(metric)
+            .and_then(|rest| rest.strip_prefix("{tenant=\""))
+        else {
+            continue;
+        };
+        let (tenant, rest) = rest.split_once('"').context("a tenant label")?;
+        if tenants.contains(&tenant) {
+            let value: f64 = rest.rsplit(' ').next().context("a value")?.parse()?;
+            *sum.get_or_insert(0.0) += value;
+        }
+    }
+    Ok(sum)
 }
 
 /// A `/proc/…/stat` line split: the command name, and the fields after it

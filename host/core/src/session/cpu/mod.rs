@@ -150,26 +150,21 @@ impl CpuScheduler {
         let Some(threads) = &self.threads else {
             return scheduled.await;
         };
-        let here = match Inline::take(&self.inline) {
-            Some(place) => {
-                // Returns at once: the guard never crosses an await.
-                let here = std::future::poll_fn(|cx| {
-                    let _guests = threads.enter();
-                    match Pin::new(&mut scheduled).poll(cx) {
-                        Poll::Ready(done) => Poll::Ready(Some(done)),
-                        Poll::Pending => Poll::Ready(None),
-                    }
-                })
-                .await;
-                drop(place);
-                here
+        if let Some(_place) = Inline::take(&self.inline) {
+            // Returns at once: the guard never crosses an await.
+            let here = std::future::poll_fn(|cx| {
+                let _guests = threads.enter();
+                match Pin::new(&mut scheduled).poll(cx) {
+                    Poll::Ready(done) => Poll::Ready(Some(done)),
+                    Poll::Pending => Poll::Ready(None),
+                }
+            })
+            .await;
+            if let Some(done) = here {
+                return done;
             }
-            None => None,
-        };
-        match here {
-            Some(done) => done,
-            None => threads.spawn(scheduled).await,
         }
+        threads.spawn(scheduled).await
     }
 
     /// `work` of `tenant` (executing `activity_type`), run only while it

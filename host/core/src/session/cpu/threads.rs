@@ -33,6 +33,12 @@ impl GuestThreads {
         Ok(GuestThreads(Some(runtime)))
     }
 
+    /// Makes the guests' runtime the current one until dropped: what the
+    /// caller spawns, and its timers, are the guests'.
+    pub fn enter(&self) -> Option<tokio::runtime::EnterGuard<'_>> {
+        self.0.as_ref().map(Runtime::enter)
+    }
+
     /// Runs `work` on a guest thread; the returned future ends with it, and
     /// stops it when dropped. A panic in `work` resumes in the caller.
     pub fn spawn<F>(&self, work: F) -> OnGuestThread<F::Output>
@@ -45,14 +51,6 @@ impl GuestThreads {
             // Only while dropping: never reached by a caller.
             None => OnGuestThread(tokio::spawn(work)),
         }
-    }
-}
-
-impl GuestThreads {
-    /// Makes the guests' runtime the current one until dropped: what the
-    /// caller spawns, and its timers, are the guests'.
-    pub fn enter(&self) -> Option<tokio::runtime::EnterGuard<'_>> {
-        self.0.as_ref().map(Runtime::enter)
     }
 }
 
