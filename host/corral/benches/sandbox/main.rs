@@ -23,6 +23,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod count;
 mod raw;
 
 use std::path::PathBuf;
@@ -477,77 +478,16 @@ async fn in_flight() -> Result<()> {
     Ok(())
 }
 
-/// `sandbox count N`: N tasks of corral's full path on one thread, with a
-/// pool small enough for valgrind to reserve, and nothing else; run under
-/// `valgrind --tool=callgrind` at two counts, the difference of the
-/// instruction counts over the difference of N is the instructions per
-/// task, repeatable where wall time is not.
-///
-/// `sandbox count N LANGUAGE` runs that language's string activity of the
-/// `overhead` bench instead of `echo-u32`, with the default memory limit;
-/// `sandbox count N LANGUAGE raw` runs the raw floor of the same activity,
-/// so the two paths compare instruction by instruction.
-async fn count(n: usize, language: Option<&str>, raw: bool) -> Result<()> {
-    let guest = match language {
-        Some(language) => Some(
-            GUESTS
-                .iter()
-                .find(|g| g.language.eq_ignore_ascii_case(language))
-                .with_context(|| format!("no guest in {language}"))?,
-        ),
-        None => None,
-    };
-    let sandbox = Sandbox::new(SandboxConfig {
-        max_instances: 4,
-        max_memory: if guest.is_some() { 1 << 30 } else { 16 << 20 },
-        ..SandboxConfig::default()
-    })?;
-    let file = guest.map_or("echo", |g| g.file);
-    let component = sandbox
-        .load_file(&example(file))
-        .context("run examples/build.sh first")?;
-    let tenant = match guest {
-        Some(_) => bench_tenant(&sandbox)?,
-        None => small_tenant(&sandbox)?,
-    };
-    if let (Some(guest), true) = (guest, raw) {
-        let raw = RawFloor::new(&sandbox, &component, guest)?;
-        for _ in 0..n {
-            raw.task(sandbox.engine()).await?;
-        }
-        return Ok(());
-    }
-    let (activity, input, expected) = match guest {
-        Some(g) => (g.activity, json!("hello"), json!(g.expected)),
-        None => ("demo:echo/api.echo-u32", json!(7), json!(7)),
-    };
-    for _ in 0..n {
-        let task = Task::new(activity, vec![input.clone()]);
-        let out = sandbox.execute(&component, &tenant, task).await;
-        anyhow::ensure!(out == Ok(expected.clone()), "{out:?}");
-    }
-    Ok(())
-}
-
 fn main() -> Result<()> {
     // The `corral` binary's allocator settings and `corral serve`'s log,
     // so both paths run as they would in it.
     corral::tune_the_allocator();
     corral::log::init_server_log();
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("count") {
-        let n = args
-            .get(2)
-            .and_then(|n| n.parse().ok())
-            .context("count N")?;
-        return tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(count(
-                n,
-                args.get(3).map(String::as_str),
-                args.get(4).is_some_and(|a| a == "raw"),
-            ));
+    match args.get(1).map(String::as_str) {
+        Some("count") => return count::count_from_args(&args[2..]),
+        Some("callgrind") => return count::scheduler_instructions(),
+        _ => {}
     }
     let only = |name: &str| {
         !args.iter().skip(1).any(|a| !a.starts_with('-')) || args.iter().any(|a| a == name)
