@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use corral_core::metrics::Metrics;
-use corral_core::sandbox::{Sandbox, SandboxConfig, Task};
+use corral_core::sandbox::{LoadedComponent, PreparedTenant, Sandbox, SandboxConfig, Task};
 use corral_core::session::cpu::CpuScheduler;
 use corral_core::share::CpuShare;
 use serde_json::json;
@@ -28,10 +28,19 @@ pub fn count_from_args(args: &[String]) -> Result<()> {
         Some("scheduled") => CountPath::Scheduled,
         Some(other) => anyhow::bail!("count N LANGUAGE [raw|scheduled], not `{other}`"),
     };
-    tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()?
-        .block_on(count(n, args.get(1).map(String::as_str), path))
+        .build()?;
+    let counting = Counting::new(args.get(1).map(String::as_str), path)?;
+    counted(&runtime, &counting, n)
+}
+
+/// The tasks, and nothing before them: what `callgrind` counts
+/// (`--toggle-collect=sandbox::count::counted`), so that the compile, whose
+/// count varies from run to run by thousands a task, is left out.
+#[inline(never)]
+fn counted(runtime: &tokio::runtime::Runtime, counting: &Counting, n: usize) -> Result<()> {
+    runtime.block_on(counting.tasks(n))
 }
 
 /// The task counts `callgrind` runs at: the difference of their
@@ -54,6 +63,10 @@ pub fn scheduler_instructions() -> Result<()> {
             for n in [FEW, MANY] {
                 let out = Command::new("valgrind")
                     .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+                    .args([
+                        "--collect-atstart=no",
+                        "--toggle-collect=sandbox::count::counted",
+                    ])
                     .arg(&bench)
                     .args(["count", &n.to_string(), "rust"])
                     .args(path)
@@ -107,66 +120,103 @@ fn instructions(stderr: &str) -> Option<i64> {
 /// `sandbox count N LANGUAGE scheduled` runs corral's path under the
 /// session's CPU scheduler, as `serve` does, so the difference from the
 /// direct run is the scheduler's cost per task.
-async fn count(n: usize, language: Option<&str>, path: CountPath) -> Result<()> {
-    let guest = match language {
-        Some(language) => Some(
-            GUESTS
-                .iter()
-                .find(|g| g.language.eq_ignore_ascii_case(language))
-                .with_context(|| format!("no guest in {language}"))?,
-        ),
-        None => None,
-    };
-    let sandbox = Sandbox::new(SandboxConfig {
-        max_instances: 4,
-        // No warm instances' slots either: valgrind refuses a reservation
-        // of hundreds of GiB.
-        max_warm: 0,
-        max_memory: if guest.is_some() { 1 << 30 } else { 16 << 20 },
-        ..SandboxConfig::default()
-    })?;
-    let file = guest.map_or("echo", |g| g.file);
-    let component = sandbox
-        .load_file(&example(file))
-        .context("run examples/build.sh first")?;
-    let tenant = match guest {
-        Some(_) => bench_tenant(&sandbox)?,
-        None => small_tenant(&sandbox)?,
-    };
-    if let (Some(guest), CountPath::Raw) = (guest, path) {
-        let raw = RawFloor::new(&sandbox, &component, guest)?;
-        for _ in 0..n {
-            raw.task(sandbox.engine()).await?;
-        }
-        return Ok(());
-    }
-    let (activity, input, expected) = match guest {
-        Some(g) => (g.activity, json!("hello"), json!(g.expected)),
-        None => ("demo:echo/api.echo-u32", json!(7), json!(7)),
-    };
-    // Two slots, as on this machine: a task's first poll runs on this
-    // thread, as a short task's does in `serve`.
-    let scheduler =
-        (path == CountPath::Scheduled).then(|| CpuScheduler::new(2, Arc::new(Metrics::default())));
-    for _ in 0..n {
-        let task = Task::new(activity, vec![input.clone()]);
-        // The same work either way, so the difference is the scheduler's.
-        let (sandbox, component, tenant) = (sandbox.clone(), component.clone(), tenant.clone());
-        let work = async move { sandbox.execute(&component, &tenant, task).await };
-        let out = match &scheduler {
-            None => work.await,
-            Some(scheduler) => {
-                let tenant = Arc::from("bench");
-                let share = CpuShare::default();
-                scheduler
-                    .execute(tenant, activity.to_owned(), share, work)
-                    .await
-                    .0
-            }
+struct Counting {
+    sandbox: Arc<Sandbox>,
+    component: Arc<LoadedComponent>,
+    tenant: PreparedTenant,
+    /// The raw floor instead of corral's path.
+    raw: Option<RawFloor>,
+    activity: &'static str,
+    input: serde_json::Value,
+    expected: serde_json::Value,
+    /// Two slots, as on this machine: a task's first poll runs on this
+    /// thread, as a short task's does in `serve`.
+    scheduler: Option<Arc<CpuScheduler>>,
+}
+
+impl Counting {
+    fn new(language: Option<&str>, path: CountPath) -> Result<Counting> {
+        let guest = match language {
+            Some(language) => Some(
+                GUESTS
+                    .iter()
+                    .find(|g| g.language.eq_ignore_ascii_case(language))
+                    .with_context(|| format!("no guest in {language}"))?,
+            ),
+            None => None,
         };
-        anyhow::ensure!(out == Ok(expected.clone()), "{out:?}");
+        let sandbox = Sandbox::new(SandboxConfig {
+            max_instances: 4,
+            // No warm instances' slots either: valgrind refuses a
+            // reservation of hundreds of GiB.
+            max_warm: 0,
+            max_memory: if guest.is_some() { 1 << 30 } else { 16 << 20 },
+            ..SandboxConfig::default()
+        })?;
+        let file = guest.map_or("echo", |g| g.file);
+        let component = sandbox
+            .load_file(&example(file))
+            .context("run examples/build.sh first")?;
+        let tenant = match guest {
+            Some(_) => bench_tenant(&sandbox)?,
+            None => small_tenant(&sandbox)?,
+        };
+        let raw = match (guest, path) {
+            (Some(guest), CountPath::Raw) => Some(RawFloor::new(&sandbox, &component, guest)?),
+            _ => None,
+        };
+        let (activity, input, expected) = match guest {
+            Some(g) => (g.activity, json!("hello"), json!(g.expected)),
+            None => ("demo:echo/api.echo-u32", json!(7), json!(7)),
+        };
+        let scheduler = (path == CountPath::Scheduled)
+            .then(|| CpuScheduler::new(2, Arc::new(Metrics::default())));
+        Ok(Counting {
+            sandbox,
+            component,
+            tenant,
+            raw,
+            activity,
+            input,
+            expected,
+            scheduler,
+        })
     }
-    Ok(())
+
+    async fn tasks(&self, n: usize) -> Result<()> {
+        if let Some(raw) = &self.raw {
+            for _ in 0..n {
+                raw.task(self.sandbox.engine()).await?;
+            }
+            return Ok(());
+        }
+        let name: Arc<str> = Arc::from("bench");
+        for _ in 0..n {
+            let task = Task::new(self.activity, vec![self.input.clone()]);
+            // The same work either way, so the difference is the
+            // scheduler's.
+            let (sandbox, component, tenant) = (
+                self.sandbox.clone(),
+                self.component.clone(),
+                self.tenant.clone(),
+            );
+            let work = async move { sandbox.execute(&component, &tenant, task).await };
+            let out = match &self.scheduler {
+                None => work.await,
+                Some(scheduler) => {
+                    // As a session passes its route's: the tenant's name
+                    // shared, the activity type's copied.
+                    let share = CpuShare::default();
+                    scheduler
+                        .execute(name.clone(), self.activity.to_owned(), share, work)
+                        .await
+                        .0
+                }
+            };
+            anyhow::ensure!(out == Ok(self.expected.clone()), "{out:?}");
+        }
+        Ok(())
+    }
 }
 
 /// How `sandbox count` runs its tasks.

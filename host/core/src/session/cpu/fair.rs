@@ -9,9 +9,11 @@
 //! slept is not owed to it. A tenant with a cap that has used its cap's
 //! worth of the current window waits for the next window.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
 
 use crate::share::{CpuMax, CpuShare, CpuWeight};
 
@@ -21,8 +23,9 @@ pub const CAP_WINDOW: Duration = Duration::from_millis(100);
 /// What one grant, release or timer changed.
 #[derive(Debug)]
 pub(crate) struct Dispatch<W> {
-    /// Waiters that now hold a slot.
-    pub granted: Vec<W>,
+    /// Waiters that now hold a slot (rarely more than one: inline, not
+    /// allocated).
+    pub granted: SmallVec<[W; 2]>,
     /// When a capped tenant's next window opens, if one is waiting for it.
     pub retry_at: Option<Instant>,
     /// Tenants whose cap held a task back, and for how long.
@@ -32,7 +35,7 @@ pub(crate) struct Dispatch<W> {
 impl<W> Default for Dispatch<W> {
     fn default() -> Self {
         Dispatch {
-            granted: Vec::new(),
+            granted: SmallVec::new(),
             retry_at: None,
             throttled: Vec::new(),
         }
@@ -108,7 +111,9 @@ pub(crate) struct Fair<W> {
     /// Tasks that may run at once: the cores given to guests.
     slots: usize,
     running: usize,
-    tenants: HashMap<Arc<str>, Account<W>>,
+    /// By name: a few short comparisons find one, cheaper than hashing
+    /// its name each slice.
+    tenants: BTreeMap<Arc<str>, Account<W>>,
     /// The virtual runtime of the tenant chosen last.
     floor: u128,
 }
@@ -118,7 +123,7 @@ impl<W: PartialEq> Fair<W> {
         Fair {
             slots: slots.max(1),
             running: 0,
-            tenants: HashMap::new(),
+            tenants: BTreeMap::new(),
             floor: 0,
         }
     }
@@ -249,7 +254,7 @@ impl<W: PartialEq> Fair<W> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, HashMap};
 
     use super::*;
 
@@ -384,10 +389,10 @@ mod tests {
         let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
         let mut now = Instant::now();
         // `a` runs alone for a second.
-        assert_eq!(fair.request(&a, share(100, None), 1, now).granted, vec![1]);
+        assert_eq!(fair.request(&a, share(100, None), 1, now).granted[..], [1]);
         for _ in 0..1000 {
             now += SLICE;
-            assert_eq!(fair.release(&a, SLICE, Some(1), now).granted, vec![1]);
+            assert_eq!(fair.release(&a, SLICE, Some(1), now).granted[..], [1]);
         }
         // `b` wakes: they alternate from here; `b` does not get a second
         // of the core to itself.
@@ -409,7 +414,7 @@ mod tests {
         let mut fair = Fair::new(1);
         let t: Arc<str> = Arc::from("t");
         let now = Instant::now();
-        assert_eq!(fair.request(&t, share(100, None), 1, now).granted, vec![1]);
+        assert_eq!(fair.request(&t, share(100, None), 1, now).granted[..], [1]);
         assert!(
             fair.request(&t, share(100, None), 2, now)
                 .granted
@@ -422,12 +427,12 @@ mod tests {
         );
         // 2 leaves the queue; 1's slot then goes to 3.
         assert!(fair.cancel("t", &2));
-        assert_eq!(fair.release("t", SLICE, None, now).granted, vec![3]);
+        assert_eq!(fair.release("t", SLICE, None, now).granted[..], [3]);
         // 3 was granted: cancelling finds nothing waiting, the caller
         // releases, and the slot is free for the next.
         assert!(!fair.cancel("t", &3));
         fair.release("t", Duration::ZERO, None, now);
-        assert_eq!(fair.request(&t, share(100, None), 4, now).granted, vec![4]);
+        assert_eq!(fair.request(&t, share(100, None), 4, now).granted[..], [4]);
     }
 
     #[test]
@@ -437,13 +442,13 @@ mod tests {
         let start = Instant::now();
         // A cap of 0.1 core: 10 ms per 100 ms window.
         let capped = share(100, Some(0.1));
-        assert_eq!(fair.request(&t, capped, 1, start).granted, vec![1]);
+        assert_eq!(fair.request(&t, capped, 1, start).granted[..], [1]);
         let now = start + Duration::from_millis(10);
         let d = fair.release("t", Duration::from_millis(10), Some(1), now);
         assert!(d.granted.is_empty());
         assert_eq!(d.retry_at, Some(start + CAP_WINDOW));
         let d = fair.dispatch(start + CAP_WINDOW);
-        assert_eq!(d.granted, vec![1]);
+        assert_eq!(d.granted[..], [1]);
         assert_eq!(
             d.throttled,
             vec![(t.clone(), CAP_WINDOW - Duration::from_millis(10))]

@@ -46,10 +46,18 @@ pub fn host_slots() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
-/// One task's place in line.
+/// One task's place in line, and the waker its work is polled with: one
+/// allocation a task, whatever its slices.
 struct Waiter {
+    /// Granted a slot since it last asked for one.
     granted: AtomicBool,
+    /// Who to wake when granted; only while it waits (a task granted a
+    /// slot at once, or one already woken by its own yield, needs none).
     waker: Mutex<Option<Waker>>,
+    /// Its work was woken while (or since) it was last polled.
+    woken: AtomicBool,
+    /// The task's own waker: every wake of its work is passed on to it.
+    outer: Mutex<Waker>,
 }
 
 /// A waiter, compared by identity.
@@ -143,10 +151,12 @@ impl CpuScheduler {
         // guest thread: its logs and spans are the task's, as before.
         use tracing::Instrument as _;
         use tracing::instrument::WithSubscriber as _;
-        let work = work
+        // To the heap first, once: a task's future is large, and the
+        // wrappers then move a pointer, not it.
+        let work = Box::pin(work)
             .instrument(tracing::Span::current())
             .with_current_subscriber();
-        let mut scheduled = self.run(tenant, activity_type, share, work);
+        let mut scheduled = self.schedule(tenant, activity_type, share, work);
         let Some(threads) = &self.threads else {
             return scheduled.await;
         };
@@ -175,8 +185,21 @@ impl CpuScheduler {
         activity_type: String,
         share: CpuShare,
         work: F,
-    ) -> Scheduled<F> {
-        let noting = Arc::new(Noting {
+    ) -> Scheduled<Pin<Box<F>>> {
+        self.schedule(tenant, activity_type, share, Box::pin(work))
+    }
+
+    /// [`CpuScheduler::run`] of work that may move once polled.
+    fn schedule<W: Future + Unpin>(
+        self: &Arc<Self>,
+        tenant: Arc<str>,
+        activity_type: String,
+        share: CpuShare,
+        work: W,
+    ) -> Scheduled<W> {
+        let ticket = Arc::new(Waiter {
+            granted: AtomicBool::new(false),
+            waker: Mutex::new(None),
             woken: AtomicBool::new(false),
             outer: Mutex::new(Waker::noop().clone()),
         });
@@ -186,13 +209,13 @@ impl CpuScheduler {
             activity_type,
             unreported: CpuUse::default(),
             share,
-            work: Some(Box::pin(work)),
+            work: Some(work),
             holding: false,
             polled: false,
             waiting: None,
             used: CpuUse::default(),
-            waker: Waker::from(noting.clone()),
-            noting,
+            waker: Waker::from(ticket.clone()),
+            ticket: Ticket(ticket),
         }
     }
 
@@ -231,7 +254,7 @@ impl CpuScheduler {
 }
 
 /// A task's execution under the scheduler: see [`CpuScheduler::run`].
-pub struct Scheduled<F> {
+pub struct Scheduled<W> {
     scheduler: Arc<CpuScheduler>,
     tenant: Arc<str>,
     activity_type: String,
@@ -239,28 +262,21 @@ pub struct Scheduled<F> {
     unreported: CpuUse,
     share: CpuShare,
     /// Until it ends (dropped then, while it holds its slot).
-    work: Option<Pin<Box<F>>>,
+    work: Option<W>,
     /// Holds a slot: set around each poll of `work`.
     holding: bool,
     /// `work` has been polled.
     polled: bool,
     /// In line since then, when it is.
-    waiting: Option<(Ticket, Instant)>,
+    waiting: Option<Instant>,
     used: CpuUse,
-    /// The waker `work` is polled with: [`Noting`].
+    /// The waker `work` is polled with: [`Waiter`]'s.
     waker: Waker,
-    noting: Arc<Noting>,
+    /// Its place in line each time it asks for a slot.
+    ticket: Ticket,
 }
 
-/// The waker a task's work is polled with: it notes a wake that comes
-/// while the work is being polled — a yield, runnable again at once — and
-/// passes every wake on to the task's own waker.
-struct Noting {
-    woken: AtomicBool,
-    outer: Mutex<Waker>,
-}
-
-impl Noting {
+impl Waiter {
     /// Passes wakes on to `waker` from now on.
     fn follow(&self, waker: &Waker) {
         let mut outer = lock(&self.outer);
@@ -270,7 +286,10 @@ impl Noting {
     }
 }
 
-impl std::task::Wake for Noting {
+/// As a waker it notes a wake that comes while the work is being polled —
+/// a yield, runnable again at once — and passes every wake on to the
+/// task's own waker.
+impl std::task::Wake for Waiter {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
@@ -281,58 +300,52 @@ impl std::task::Wake for Noting {
     }
 }
 
-/// A place in line. It holds no waker until its task waits: a task granted
-/// a slot at once, or one already woken by its own yield, needs no wake.
-fn new_ticket() -> Ticket {
-    Ticket(Arc::new(Waiter {
-        granted: AtomicBool::new(false),
-        waker: Mutex::new(None),
-    }))
-}
-
-impl<F: Future> Future for Scheduled<F> {
-    type Output = (F::Output, CpuUse);
+impl<W: Future + Unpin> Future for Scheduled<W> {
+    type Output = (W::Output, CpuUse);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let (ticket, since) = match &this.waiting {
-            Some(waiting) => waiting.clone(),
+        let me = &*this.ticket.0;
+        let since = match this.waiting {
+            Some(since) => since,
             None => {
                 // Polled before its work was woken (moved to a guest
                 // thread after a wait for I/O, a spurious wake): it waits
                 // on, asking for no slot.
-                if this.polled && !this.noting.woken.load(Ordering::Acquire) {
-                    this.noting.follow(cx.waker());
-                    if !this.noting.woken.load(Ordering::Acquire) {
+                if this.polled && !me.woken.load(Ordering::Acquire) {
+                    me.follow(cx.waker());
+                    if !me.woken.load(Ordering::Acquire) {
                         return Poll::Pending;
                     }
                 }
-                let ticket = new_ticket();
                 let now = Instant::now();
-                this.waiting = Some((ticket.clone(), now));
+                this.waiting = Some(now);
+                me.granted.store(false, Ordering::Release);
                 let dispatch = lock(&this.scheduler.fair).request(
                     &this.tenant,
                     this.share,
-                    ticket.clone(),
+                    this.ticket.clone(),
                     now,
                 );
                 this.scheduler.apply(dispatch);
-                (ticket, now)
+                now
             }
         };
-        if !ticket.0.granted.load(Ordering::Acquire) {
-            *lock(&ticket.0.waker) = Some(cx.waker().clone());
-            // Granted while the waker was being replaced: run now.
-            if !ticket.0.granted.load(Ordering::Acquire) {
+        if !me.granted.load(Ordering::Acquire) {
+            *lock(&me.waker) = Some(cx.waker().clone());
+            if !me.granted.load(Ordering::Acquire) {
                 return Poll::Pending;
             }
+            // Granted while the waker was being set: run now, and keep no
+            // waker for the next wait to find.
+            lock(&me.waker).take();
         }
         this.waiting = None;
         let waited = since.elapsed();
         this.used.waited += waited;
         this.unreported.waited += waited;
-        this.noting.follow(cx.waker());
-        this.noting.woken.store(false, Ordering::Release);
+        me.follow(cx.waker());
+        me.woken.store(false, Ordering::Release);
         let Some(work) = this.work.as_mut() else {
             // Polled again after it ended: nothing to run.
             this.holding_release(Duration::ZERO);
@@ -342,7 +355,7 @@ impl<F: Future> Future for Scheduled<F> {
         this.holding = true;
         this.polled = true;
         let before = thread_cpu();
-        let polled = work.as_mut().poll(&mut Context::from_waker(&this.waker));
+        let polled = Pin::new(work).poll(&mut Context::from_waker(&this.waker));
         if polled.is_ready() {
             // Its teardown (the store, the instance) is its own CPU too.
             this.work = None;
@@ -353,10 +366,10 @@ impl<F: Future> Future for Scheduled<F> {
         let now = Instant::now();
         // Woken while it was polled: it yielded and runs on, so it is back
         // in line before the slot is given to anyone.
-        let again = (polled.is_pending() && this.noting.woken.load(Ordering::Acquire)).then(|| {
-            let again = new_ticket();
-            this.waiting = Some((again.clone(), now));
-            again
+        let again = (polled.is_pending() && me.woken.load(Ordering::Acquire)).then(|| {
+            me.granted.store(false, Ordering::Release);
+            this.waiting = Some(now);
+            this.ticket.clone()
         });
         this.holding = false;
         let dispatch = lock(&this.scheduler.fair).release(&this.tenant, used, again, now);
@@ -368,7 +381,7 @@ impl<F: Future> Future for Scheduled<F> {
     }
 }
 
-impl<F> Scheduled<F> {
+impl<W> Scheduled<W> {
     /// Gives back the slot this task holds.
     fn holding_release(&mut self, used: Duration) {
         let dispatch = lock(&self.scheduler.fair).release(&self.tenant, used, None, Instant::now());
@@ -386,7 +399,7 @@ impl<F> Scheduled<F> {
     }
 }
 
-impl<F> Drop for Scheduled<F> {
+impl<W> Drop for Scheduled<W> {
     fn drop(&mut self) {
         self.report();
         if self.holding {
@@ -395,11 +408,11 @@ impl<F> Drop for Scheduled<F> {
             self.holding_release(Duration::ZERO);
             return;
         }
-        let Some((ticket, _)) = self.waiting.take() else {
+        if self.waiting.take().is_none() {
             return;
-        };
+        }
         let mut fair = lock(&self.scheduler.fair);
-        if fair.cancel(&self.tenant, &ticket) {
+        if fair.cancel(&self.tenant, &self.ticket) {
             return;
         }
         // Granted, never used: the slot goes to the next.
