@@ -154,6 +154,8 @@ impl<W: PartialEq> Fair<W> {
             // Waking up: no credit for the time it slept.
             account.vruntime = account.vruntime.max(floor);
         }
+        // A task is in line once at most: `cancel` takes out the first.
+        debug_assert!(!account.waiting.contains(&waiter), "in line twice");
         account.waiting.push_back(waiter);
         self.dispatch(now)
     }
@@ -172,6 +174,10 @@ impl<W: PartialEq> Fair<W> {
         if let Some(account) = self.tenants.get_mut(tenant) {
             account.running = account.running.saturating_sub(1);
             account.charge(used, now);
+            debug_assert!(
+                again.as_ref().is_none_or(|w| !account.waiting.contains(w)),
+                "in line twice"
+            );
             account.waiting.extend(again);
         }
         self.running = self.running.saturating_sub(1);

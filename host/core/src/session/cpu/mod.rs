@@ -224,7 +224,9 @@ impl CpuScheduler {
     fn apply(self: &Arc<Self>, dispatch: Dispatch<Ticket>) {
         for Ticket(waiter) in dispatch.granted {
             waiter.granted.store(true, Ordering::Release);
-            if let Some(waker) = lock(&waiter.waker).take() {
+            // Woken with the lock let go: a waker may poll at once.
+            let waker = lock(&waiter.waker).take();
+            if let Some(waker) = waker {
                 waker.wake();
             }
         }
@@ -261,7 +263,9 @@ pub struct Scheduled<W> {
     /// Used since it was last added to the metrics.
     unreported: CpuUse,
     share: CpuShare,
-    /// Until it ends (dropped then, while it holds its slot).
+    /// Until it ends (dropped then, while it holds its slot; a task
+    /// cancelled on the way is dropped, its store and instance with it, by
+    /// whoever drops it, without a slot).
     work: Option<W>,
     /// Holds a slot: set around each poll of `work`.
     holding: bool,
