@@ -123,7 +123,7 @@ impl CpuScheduler {
         })
     }
 
-    /// `work` run under the scheduler ([`CpuScheduler::run`]). Its first
+    /// `work` run under the scheduler (`CpuScheduler::schedule`). Its first
     /// poll runs on the caller's thread when fewer than half the slots'
     /// first polls already do: a task given a slot at once that ends
     /// within its first time slice — most activities — then costs no
@@ -177,9 +177,10 @@ impl CpuScheduler {
         threads.spawn(scheduled).await
     }
 
-    /// `work` of `tenant` (executing `activity_type`), run only while it
-    /// holds a slot; its CPU is counted as it goes, under both names.
-    pub fn run<F: Future>(
+    /// [`CpuScheduler::schedule`] of any future, boxed: the tests' way in
+    /// (the host's is [`CpuScheduler::execute`]).
+    #[cfg(test)]
+    pub(crate) fn run<F: Future>(
         self: &Arc<Self>,
         tenant: Arc<str>,
         activity_type: String,
@@ -189,7 +190,10 @@ impl CpuScheduler {
         self.schedule(tenant, activity_type, share, Box::pin(work))
     }
 
-    /// [`CpuScheduler::run`] of work that may move once polled.
+    /// `work` of `tenant` (executing `activity_type`), run only while it
+    /// holds a slot; its CPU is counted as it goes, under both names.
+    /// `work` may move once polled: a boxed future, so that moving the task
+    /// to a guest thread moves a pointer.
     fn schedule<W: Future + Unpin>(
         self: &Arc<Self>,
         tenant: Arc<str>,
@@ -255,7 +259,7 @@ impl CpuScheduler {
     }
 }
 
-/// A task's execution under the scheduler: see [`CpuScheduler::run`].
+/// A task's execution under the scheduler: see `CpuScheduler::schedule`.
 pub struct Scheduled<W> {
     scheduler: Arc<CpuScheduler>,
     tenant: Arc<str>,
