@@ -4,7 +4,8 @@
 //! resets only the pages the last one wrote (`pagemap_scan`). wasmtime 48
 //! missed written pages that had been swapped out: they were neither reset
 //! nor decommitted, so the next instance in the slot — possibly another
-//! tenant's — read them back (wasmtime PR 14357, released in 50). This test
+//! tenant's — read them back (wasmtime PR 14357, released in 50; 50.0.2
+//! also stopped taking never-touched pages for written ones). This test
 //! writes a marker into an instance's memory, pushes those pages out to swap
 //! (`MADV_PAGEOUT`), frees the instance, and scans the next instance in the
 //! same slot for the marker, with corral's own engine settings.

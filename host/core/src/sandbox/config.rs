@@ -34,11 +34,12 @@ pub struct SandboxConfig {
     /// Native stack available to a guest before it traps with a stack
     /// overflow.
     pub max_wasm_stack: usize,
-    /// Bytes at the start of a freed linear memory (and table) kept
-    /// resident and reset in place for the next instance; the rest is
-    /// decommitted. Every task pays a memset of this much, so it is small:
-    /// 64 KiB was as fast as 0 or 256 KiB for every guest language and
-    /// faster than 1 MiB (`host/corral/benches/README.md`, "wasmtime 50").
+    /// Of a freed linear memory (and table), the most bytes of the pages
+    /// its guest wrote that are reset in place and kept resident for the
+    /// next instance; the rest is decommitted, to be faulted in again. The
+    /// pool finds the written pages with `PAGEMAP_SCAN`, so a task pays for
+    /// what it wrote, not for this budget (where the kernel lacks the scan,
+    /// every task memsets this much).
     pub memory_keep_resident: usize,
     /// What one component may contain; a component needing more is refused
     /// at load.
@@ -71,6 +72,12 @@ impl Default for PerComponent {
     }
 }
 
+/// The default `memory_keep_resident`: more than the interpreters' guests
+/// write in a task (148 KiB for Python's, 372 KiB for JavaScript's), so a
+/// fresh instance faults in nothing its slot's last one touched
+/// (`host/corral/benches/README.md`, "wasmtime 50").
+const KEEP_RESIDENT: usize = 1 << 20;
+
 impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
@@ -81,7 +88,7 @@ impl Default for SandboxConfig {
             yield_every_fuel: 10_000_000,
             cache_dir: None,
             max_wasm_stack: 1 << 20,
-            memory_keep_resident: 64 << 10,
+            memory_keep_resident: KEEP_RESIDENT,
             per_component: PerComponent::default(),
             compile: None,
         }

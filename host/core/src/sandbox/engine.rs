@@ -83,16 +83,16 @@ impl Sandbox {
             .max_core_instance_size(1 << 20)
             .linear_memory_keep_resident(config.memory_keep_resident)
             .table_keep_resident(config.memory_keep_resident)
-            // Off. wasmtime 48's scan reset only the pages a guest dirtied,
-            // but skipped dirtied pages that were swapped out (the next
-            // instance read them back). wasmtime 50 finds those too, by no
-            // longer asking for present pages, and so reports every page
-            // of the memory: its "scan" resets the whole kept-resident
-            // budget, as the plain reset does, after a syscall over the
-            // whole memory. Without it, the pool memsets
-            // `memory_keep_resident` and decommits the rest
+            // On where the kernel has `PAGEMAP_SCAN` (Linux 6.7): a freed
+            // memory's reset finds the pages its guest wrote, present or
+            // swapped out, and resets only those in place (up to
+            // `memory_keep_resident`), decommitting the rest. wasmtime
+            // 50.0.2 is the first with both: 48 missed swapped-out pages
+            // (the next instance read them back), and 50.0.0 and 50.0.1 took
+            // every never-touched page for a written one on current
+            // kernels, so a reset zeroed the whole kept-resident budget
             // (`host/corral/benches/README.md`, "wasmtime 50").
-            .pagemap_scan(Enabled::No);
+            .pagemap_scan(Enabled::Auto);
 
         let mut wasm = wasm_config(config.max_wasm_stack);
         wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
