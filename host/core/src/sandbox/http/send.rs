@@ -163,18 +163,22 @@ pub(crate) async fn send(
     let mut sending = pin!(sending);
     let mut conn = Some(conn);
     // The connection's I/O is driven here until the response's head is in.
+    // The connection goes first: a head already in the socket is read
+    // before the first-byte timer is looked at, so a task that was not
+    // polled for a while (a busy host) does not time out a response that
+    // came in time.
     let response = poll_fn(|cx| {
-        if let Poll::Ready(done) = sending.as_mut().poll(cx) {
-            return Poll::Ready(done);
+        let mut failed = None;
+        if let Some(driving) = conn.as_mut()
+            && let Poll::Ready(ended) = Pin::new(driving).poll(cx)
+        {
+            conn = None;
+            failed = ended.err();
         }
-        let Some(driving) = conn.as_mut() else {
-            return Poll::Pending;
-        };
-        let ended = ready!(Pin::new(driving).poll(cx));
-        conn = None;
-        match ended {
-            Ok(()) => sending.as_mut().poll(cx),
-            Err(e) => Poll::Ready(Err(Error::from(e))),
+        match (sending.as_mut().poll(cx), failed) {
+            (Poll::Ready(done), _) => Poll::Ready(done),
+            (Poll::Pending, Some(e)) => Poll::Ready(Err(Error::from(e))),
+            (Poll::Pending, None) => Poll::Pending,
         }
     })
     .await?;
@@ -231,5 +235,85 @@ impl Body for Timed {
 
     fn size_hint(&self) -> SizeHint {
         self.incoming.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+
+    use http_body_util::BodyExt as _;
+
+    use super::*;
+
+    /// A response that reached the socket in time is not lost to the
+    /// first-byte timer when the task is next polled only after that timer
+    /// has run out (a host too busy to poll it).
+    #[test]
+    fn a_response_in_the_socket_beats_a_first_byte_timer_that_ran_out_meanwhile() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let (received, received_rx) = tokio::sync::oneshot::channel();
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        let (answered, answered_rx) = std::sync::mpsc::channel();
+        let server = std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                socket.read_exact(&mut byte).unwrap();
+                head.push(byte[0]);
+            }
+            let _ = received.send(());
+            let _ = go_rx.recv();
+            socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .unwrap();
+            let _ = answered.send(());
+            // Held open until the client is done.
+            let _ = socket.read(&mut byte);
+        });
+        // Long enough that the request's way to the server cannot outlast
+        // it, even on a slow machine.
+        let first_byte_timeout = Duration::from_secs(1);
+        let options = RequestOptions {
+            connect_timeout: None,
+            first_byte_timeout: Some(first_byte_timeout),
+            between_bytes_timeout: None,
+        };
+        let body = http_body_util::Empty::new()
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        let request = Request::builder()
+            .uri(format!("http://{address}/"))
+            .body(body)
+            .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let status = runtime.block_on(async move {
+            let mut sending = pin!(send(request, Some(options), vec![address]));
+            tokio::select! {
+                biased;
+                done = &mut sending => panic!(
+                    "done before the server had the request: {:?}",
+                    done.map(|(r, _)| r.status())
+                ),
+                _ = received_rx => {}
+            }
+            // The server answers while another task holds the thread past
+            // the first-byte timer: when the runtime next turns, the timer
+            // has fired and the socket is readable, as on a busy host.
+            go.send(()).unwrap();
+            tokio::spawn(async move {
+                answered_rx.recv().unwrap();
+                std::thread::sleep(first_byte_timeout * 2);
+            });
+            let (response, _worker) = sending.await.expect("the response came in time");
+            response.status()
+        });
+        assert_eq!(status, 200);
+        server.join().unwrap();
     }
 }
