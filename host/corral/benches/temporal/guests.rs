@@ -3,10 +3,14 @@
 //! tenants per language, each the language's trivial activity (a string in,
 //! a string out, no host call): `examples/echo` in Rust, `python-shout`
 //! (componentize-py) and `js-greeter` (componentize-js); one tenant with a
-//! fresh instance per task, one reusing warm instances (`reuse`). Rounds of
-//! 200 activities per tenant, 16 at a time, tenants in turn; printed:
-//! corral's CPU per activity for each (from /proc), and each one's ratio to
-//! the Rust guest's on fresh instances.
+//! fresh instance per task, one reusing warm instances (`reuse`). With
+//! `CORRAL_BENCH_BIN_B`, a second `corral serve` of that build serves a
+//! fresh-instance tenant per language beside it (an older build need not
+//! know `reuse`). Rounds of 200 activities per tenant, 16 at a time,
+//! tenants in turn; printed: corral's CPU per activity for each (from
+//! /proc), each one's ratio to its build's Rust guest on fresh instances,
+//! and for the second build each language's extra over Rust against this
+//! build's.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -36,16 +40,29 @@ const GUESTS: [Guest; 3] = [
     ),
 ];
 
-pub async fn bench(
-    client: &Arc<Client>,
+/// The build measured, and optionally a second one beside it.
+pub struct Binaries<'a> {
+    pub this: &'a std::ffi::OsStr,
+    pub other: Option<&'a std::ffi::OsStr>,
+}
+
+/// The tenants a build serves, each with its process's index.
+struct Served {
+    /// (tenant, guest, index into the processes)
+    tenants: Vec<(String, Guest, usize)>,
+    processes: Vec<Process>,
+}
+
+fn serve(
+    served: &mut Served,
     address: &str,
     dir: &Path,
     binary: &std::ffi::OsStr,
-    rounds: usize,
+    tenants: Vec<(String, Guest)>,
 ) -> Result<()> {
     let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/dist");
     let mut toml = format!("[host]\nmax_concurrent = {CONCURRENCY}\n");
-    for (tenant, (_, file, _, _)) in tenants() {
+    for (tenant, (_, file, _, _)) in &tenants {
         let reuse = if tenant.ends_with(WARM) {
             "reuse = { max_tasks = 100000, idle = \"60s\" }\n".to_owned()
         } else {
@@ -63,20 +80,46 @@ pub async fn bench(
             component.display().to_string()
         ));
     }
-    let config = dir.join("guests.toml");
+    let index = served.processes.len();
+    let config = dir.join(format!("guests-{index}.toml"));
     std::fs::write(&config, toml)?;
-    let corral = Process(
+    served.processes.push(Process(
         Command::new(binary)
             .args(["serve", "--config", &config.display().to_string()])
             .env("CORRAL_LOG", "warn")
             .stderr(Stdio::null())
             .spawn()?,
-    );
-    let pid = corral.0.id();
+    ));
+    served
+        .tenants
+        .extend(tenants.into_iter().map(|(t, g)| (t, g, index)));
+    Ok(())
+}
+
+pub async fn bench(
+    client: &Arc<Client>,
+    address: &str,
+    dir: &Path,
+    binaries: Binaries<'_>,
+    rounds: usize,
+) -> Result<()> {
+    let mut served = Served {
+        tenants: Vec::new(),
+        processes: Vec::new(),
+    };
+    serve(&mut served, address, dir, binaries.this, tenants())?;
+    if let Some(other) = binaries.other {
+        let fresh = GUESTS
+            .iter()
+            .map(|guest| (format!("{}{OTHER}", guest.0), *guest))
+            .collect();
+        serve(&mut served, address, dir, other, fresh)?;
+    }
+    let pids: Vec<u32> = served.processes.iter().map(|p| p.0.id()).collect();
     let hello = json!("hello");
-    let tenants = tenants();
+    let tenants = &served.tenants;
     let run = |i: usize, n: usize, round: String| {
-        let (tenant, (_, _, activity, expected)) = &tenants[i];
+        let (tenant, (_, _, activity, expected), _) = &tenants[i];
         let queue = format!("guest-{tenant}");
         let expected = json!(expected);
         let hello = hello.clone();
@@ -92,6 +135,7 @@ pub async fn bench(
     let mut cpu = vec![Duration::ZERO; tenants.len()];
     for round in 0..rounds {
         for i in (0..tenants.len()).map(|i| (round + i) % tenants.len()) {
+            let pid = pids[tenants[i].2];
             let before = cpu_time(pid)?;
             run(i, PER_ROUND, format!("r{round}")).await?;
             cpu[i] += cpu_time(pid)? - before;
@@ -99,19 +143,50 @@ pub async fn bench(
     }
     let n = (rounds * PER_ROUND) as f64;
     let per = |i: usize| cpu[i].as_secs_f64() * 1e3 / n;
+    // Each build's Rust tenant on fresh instances: the first of its tenants.
+    let rust = |process: usize| {
+        tenants
+            .iter()
+            .position(|t| t.2 == process)
+            .map_or(f64::NAN, per)
+    };
     println!(
         "{rounds} rounds × {PER_ROUND} activities per tenant, {CONCURRENCY} at a time, no gRPC \
-         compression: corral's CPU per activity, and its ratio to Rust's on fresh instances"
+         compression: corral's CPU per activity, and its ratio to its build's Rust guest on \
+         fresh instances"
     );
-    for (i, (tenant, (_, file, activity, _))) in tenants.iter().enumerate() {
+    for (i, (tenant, (_, file, activity, _), process)) in tenants.iter().enumerate() {
         println!(
             "  {tenant:<15} {file:<13} {activity:<27} {:6.3} ms  {:5.2}x",
             per(i),
-            per(i) / per(0)
+            per(i) / rust(*process)
         );
+    }
+    if binaries.other.is_some() {
+        println!("fresh instances, each language's extra over Rust: this build against {OTHER}");
+        for (i, (tenant, _, process)) in tenants.iter().enumerate() {
+            let Some(other) = tenants
+                .iter()
+                .position(|t| t.2 == 1 && t.0 == format!("{tenant}{OTHER}"))
+            else {
+                continue;
+            };
+            if *process != 0 || i == 0 {
+                continue;
+            }
+            let this = per(i) - rust(0);
+            let that = per(other) - rust(1);
+            println!(
+                "  {tenant:<15} {this:6.3} ms against {that:6.3} ms: {:5.2}x",
+                this / that
+            );
+        }
     }
     Ok(())
 }
+
+/// The suffix of the second build's tenants.
+const OTHER: &str = "-b";
 
 /// The suffix of the tenants that reuse warm instances.
 const WARM: &str = "-warm";

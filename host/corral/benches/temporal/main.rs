@@ -208,7 +208,12 @@ async fn bench() -> Result<()> {
     )];
     // CORRAL_BENCH_GUESTS=1: per guest language instead (see `guests`).
     if std::env::var("CORRAL_BENCH_GUESTS").is_ok_and(|v| v == "1") {
-        guests::bench(&client, &address, &dir, &corrals[0].1, rounds()).await?;
+        let other = std::env::var_os("CORRAL_BENCH_BIN_B");
+        let binaries = guests::Binaries {
+            this: &corrals[0].1,
+            other: other.as_deref(),
+        };
+        guests::bench(&client, &address, &dir, binaries, rounds()).await?;
         let _ = std::fs::remove_dir_all(&dir);
         return Ok(());
     }
