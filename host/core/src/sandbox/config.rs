@@ -34,13 +34,19 @@ pub struct SandboxConfig {
     /// Native stack available to a guest before it traps with a stack
     /// overflow.
     pub max_wasm_stack: usize,
-    /// Of a freed linear memory (and table), the most bytes of the pages
-    /// its guest wrote that are reset in place and kept resident for the
-    /// next instance; the rest is decommitted, to be faulted in again. The
-    /// pool finds the written pages with `PAGEMAP_SCAN`, so a task pays for
-    /// what it wrote, not for this budget (where the kernel lacks the scan,
-    /// every task memsets this much).
+    /// Of a freed linear memory, the most bytes of its written pages that
+    /// are reset in place and kept resident for the next instance; the rest
+    /// is decommitted, to be faulted in again. The pool finds written pages
+    /// with `PAGEMAP_SCAN`, and a page it kept counts as written at the next
+    /// reset too, so a reset zeroes what the slot's tasks have written and
+    /// kept, at most this much (where the kernel lacks the scan, every reset
+    /// zeroes this much). A page kept above a later instance's smaller
+    /// memory is not scanned again and stays resident, zeroed, until the
+    /// host's idle release: a slot holds at most the largest memory it has
+    /// had.
     pub memory_keep_resident: usize,
+    /// The same for a freed table.
+    pub table_keep_resident: usize,
     /// What one component may contain; a component needing more is refused
     /// at load.
     pub per_component: PerComponent,
@@ -73,10 +79,14 @@ impl Default for PerComponent {
 }
 
 /// The default `memory_keep_resident`: more than the interpreters' guests
-/// write in a task (148 KiB for Python's, 372 KiB for JavaScript's), so a
+/// keep written (about 200 KiB for Python's, 524 KiB for JavaScript's), so a
 /// fresh instance faults in nothing its slot's last one touched
 /// (`host/corral/benches/README.md`, "wasmtime 50").
 const KEEP_RESIDENT: usize = 1 << 20;
+/// The default `table_keep_resident`: more than the guests' tables (52 KiB
+/// for Python's), far less than a full table slot (784 KiB at 100,000
+/// elements), of which a pool has four per instance.
+const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 
 impl Default for SandboxConfig {
     fn default() -> Self {
@@ -89,6 +99,7 @@ impl Default for SandboxConfig {
             cache_dir: None,
             max_wasm_stack: 1 << 20,
             memory_keep_resident: KEEP_RESIDENT,
+            table_keep_resident: TABLE_KEEP_RESIDENT,
             per_component: PerComponent::default(),
             compile: None,
         }

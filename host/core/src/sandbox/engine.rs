@@ -82,16 +82,17 @@ impl Sandbox {
             .max_component_instance_size(1 << 20)
             .max_core_instance_size(1 << 20)
             .linear_memory_keep_resident(config.memory_keep_resident)
-            .table_keep_resident(config.memory_keep_resident)
+            .table_keep_resident(config.table_keep_resident)
             // On where the kernel has `PAGEMAP_SCAN` (Linux 6.7): a freed
             // memory's reset finds the pages its guest wrote, present or
             // swapped out, and resets only those in place (up to
-            // `memory_keep_resident`), decommitting the rest. wasmtime
-            // 50.0.2 is the first with both: 48 missed swapped-out pages
-            // (the next instance read them back), and 50.0.0 and 50.0.1 took
-            // every never-touched page for a written one on current
-            // kernels, so a reset zeroed the whole kept-resident budget
-            // (`host/corral/benches/README.md`, "wasmtime 50").
+            // `memory_keep_resident`, `table_keep_resident`), decommitting
+            // the rest. wasmtime 50.0.2 is the first with both: 48 missed
+            // swapped-out pages (the next instance read them back), and
+            // 50.0.0 and 50.0.1 took every never-touched page for a written
+            // one on current kernels, so a reset zeroed the whole
+            // kept-resident budget (`host/corral/benches/README.md`,
+            // "wasmtime 50").
             .pagemap_scan(Enabled::Auto);
 
         let mut wasm = wasm_config(config.max_wasm_stack);

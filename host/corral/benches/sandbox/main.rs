@@ -265,6 +265,7 @@ async fn footprint(guest: &Guest) -> Result<()> {
     let config = SandboxConfig {
         max_instances: 1,
         memory_keep_resident: 1 << 30,
+        table_keep_resident: 1 << 30,
         ..SandboxConfig::default()
     };
     let stack_size = fiber_stack_size(config.max_wasm_stack);
