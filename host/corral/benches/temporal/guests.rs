@@ -163,7 +163,10 @@ pub async fn bench(
         );
     }
     if binaries.other.is_some() {
-        println!("fresh instances, each language's extra over Rust: this build against {OTHER}");
+        println!(
+            "fresh instances, each language's extra over Rust: this build against \
+             CORRAL_BENCH_BIN_B's (its tenants end in {OTHER})"
+        );
         for (i, (tenant, _, process)) in tenants.iter().enumerate() {
             let Some(other) = tenants
                 .iter()

@@ -208,7 +208,7 @@ async fn bench() -> Result<()> {
     )];
     // CORRAL_BENCH_GUESTS=1: per guest language instead (see `guests`).
     if std::env::var("CORRAL_BENCH_GUESTS").is_ok_and(|v| v == "1") {
-        let other = std::env::var_os("CORRAL_BENCH_BIN_B");
+        let other = std::env::var_os("CORRAL_BENCH_BIN_B").filter(|b| !b.is_empty());
         let binaries = guests::Binaries {
             this: &corrals[0].1,
             other: other.as_deref(),
