@@ -167,20 +167,17 @@ pub async fn bench(
             "fresh instances, each language's extra over Rust: this build against \
              CORRAL_BENCH_BIN_B's (its tenants end in {OTHER})"
         );
-        for (i, (tenant, _, process)) in tenants.iter().enumerate() {
-            let Some(other) = tenants
-                .iter()
-                .position(|t| t.2 == 1 && t.0 == format!("{tenant}{OTHER}"))
-            else {
+        let index = |name: &str| tenants.iter().position(|t| t.0 == name);
+        // Every language but Rust (the first), each build's fresh tenant.
+        for guest in &GUESTS[1..] {
+            let pair = (index(guest.0), index(&format!("{}{OTHER}", guest.0)));
+            let (Some(this), Some(that)) = pair else {
                 continue;
             };
-            if *process != 0 || i == 0 {
-                continue;
-            }
-            let this = per(i) - rust(0);
-            let that = per(other) - rust(1);
+            let (this, that) = (per(this) - rust(0), per(that) - rust(1));
             println!(
-                "  {tenant:<15} {this:6.3} ms against {that:6.3} ms: {:5.2}x",
+                "  {:<15} {this:6.3} ms against {that:6.3} ms: {:5.2}x",
+                guest.0,
                 this / that
             );
         }
