@@ -1,5 +1,7 @@
 //! `CORRAL_BENCH_GUESTS=1`: what a task costs corral per guest language
-//! through Temporal. One `corral serve` (gRPC compression off) serves two
+//! through Temporal (`CORRAL_BENCH_GUESTS=rust,python`: those languages
+//! only, as in the sandbox bench; one language alone is what a profiler
+//! attached to the `corral serve` process sees of it). One `corral serve` (gRPC compression off) serves two
 //! tenants per language, each the language's trivial activity (a string in,
 //! a string out, no host call): `examples/echo` in Rust, `python-shout`
 //! (componentize-py) and `js-greeter` (componentize-js); one tenant with a
@@ -27,7 +29,7 @@ const PER_ROUND: usize = 200;
 const CONCURRENCY: usize = 16;
 
 /// Language, component, activity type, result for "hello".
-type Guest = (&'static str, &'static str, &'static str, &'static str);
+pub type Guest = (&'static str, &'static str, &'static str, &'static str);
 
 const GUESTS: [Guest; 3] = [
     ("rust", "echo", "demo:echo/api.echo-string", "hello"),
@@ -39,6 +41,29 @@ const GUESTS: [Guest; 3] = [
         "HELLO",
     ),
 ];
+
+/// The guests `CORRAL_BENCH_GUESTS` names: `1` for all of them, or a
+/// comma-separated list of languages.
+pub fn chosen(languages: &str) -> Result<Vec<Guest>> {
+    if languages == "1" {
+        return Ok(GUESTS.to_vec());
+    }
+    languages
+        .split(',')
+        .map(|language| {
+            GUESTS
+                .iter()
+                .find(|g| g.0.eq_ignore_ascii_case(language.trim()))
+                .copied()
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "CORRAL_BENCH_GUESTS: no guest in `{language}` (1, or some of rust, \
+                         python, javascript)"
+                    )
+                })
+        })
+        .collect()
+}
 
 /// The build measured, and optionally a second one beside it.
 pub struct Binaries<'a> {
@@ -101,15 +126,16 @@ pub async fn bench(
     address: &str,
     dir: &Path,
     binaries: Binaries<'_>,
+    guests: &[Guest],
     rounds: usize,
 ) -> Result<()> {
     let mut served = Served {
         tenants: Vec::new(),
         processes: Vec::new(),
     };
-    serve(&mut served, address, dir, binaries.this, tenants())?;
+    serve(&mut served, address, dir, binaries.this, tenants(guests))?;
     if let Some(other) = binaries.other {
-        let fresh = GUESTS
+        let fresh = guests
             .iter()
             .map(|guest| (format!("{}{OTHER}", guest.0), *guest))
             .collect();
@@ -143,12 +169,16 @@ pub async fn bench(
     }
     let n = (rounds * PER_ROUND) as f64;
     let per = |i: usize| cpu[i].as_secs_f64() * 1e3 / n;
-    // Each build's Rust tenant on fresh instances: the first of its tenants.
-    let rust = |process: usize| {
-        tenants
-            .iter()
-            .position(|t| t.2 == process)
-            .map_or(f64::NAN, per)
+    let index = |name: &str| tenants.iter().position(|t| t.0 == name);
+    let rust = GUESTS[0].0;
+    // Each build's Rust tenant on fresh instances, if Rust was chosen.
+    let rust_of = |process: usize| {
+        let name = if process == 0 {
+            rust.to_owned()
+        } else {
+            format!("{rust}{OTHER}")
+        };
+        index(&name).map(per)
     };
     println!(
         "{rounds} rounds × {PER_ROUND} activities per tenant, {CONCURRENCY} at a time, no gRPC \
@@ -156,31 +186,33 @@ pub async fn bench(
          fresh instances"
     );
     for (i, (tenant, (_, file, activity, _), process)) in tenants.iter().enumerate() {
+        let ratio =
+            rust_of(*process).map_or("    -".to_owned(), |r| format!("{:5.2}x", per(i) / r));
         println!(
-            "  {tenant:<15} {file:<13} {activity:<27} {:6.3} ms  {:5.2}x",
+            "  {tenant:<15} {file:<13} {activity:<27} {:6.3} ms  {ratio}",
             per(i),
-            per(i) / rust(*process)
         );
     }
-    if binaries.other.is_some() {
+    let (Some(_), Some(rust_this), Some(rust_that)) = (binaries.other, rust_of(0), rust_of(1))
+    else {
+        return Ok(());
+    };
+    println!(
+        "fresh instances, each language's extra over Rust: this build against \
+         CORRAL_BENCH_BIN_B's (its tenants end in {OTHER})"
+    );
+    // Every language chosen but Rust, each build's fresh tenant.
+    for guest in guests.iter().filter(|g| g.0 != rust) {
+        let pair = (index(guest.0), index(&format!("{}{OTHER}", guest.0)));
+        let (Some(this), Some(that)) = pair else {
+            continue;
+        };
+        let (this, that) = (per(this) - rust_this, per(that) - rust_that);
         println!(
-            "fresh instances, each language's extra over Rust: this build against \
-             CORRAL_BENCH_BIN_B's (its tenants end in {OTHER})"
+            "  {:<15} {this:6.3} ms against {that:6.3} ms: {:5.2}x",
+            guest.0,
+            this / that
         );
-        let index = |name: &str| tenants.iter().position(|t| t.0 == name);
-        // Every language but Rust (the first), each build's fresh tenant.
-        for guest in &GUESTS[1..] {
-            let pair = (index(guest.0), index(&format!("{}{OTHER}", guest.0)));
-            let (Some(this), Some(that)) = pair else {
-                continue;
-            };
-            let (this, that) = (per(this) - rust(0), per(that) - rust(1));
-            println!(
-                "  {:<15} {this:6.3} ms against {that:6.3} ms: {:5.2}x",
-                guest.0,
-                this / that
-            );
-        }
     }
     Ok(())
 }
@@ -192,8 +224,8 @@ const OTHER: &str = "-b";
 const WARM: &str = "-warm";
 
 /// Each guest's two tenants: fresh instances, then warm ones.
-fn tenants() -> Vec<(String, Guest)> {
-    GUESTS
+fn tenants(guests: &[Guest]) -> Vec<(String, Guest)> {
+    guests
         .iter()
         .flat_map(|guest| {
             [

@@ -11,7 +11,8 @@
 //! activities with bounded concurrency and waits for every result. Printed:
 //! throughput, and each worker process's CPU time per activity (from /proc),
 //! with corral's ratios against both baselines. `CORRAL_BENCH_GUESTS=1`
-//! measures corral alone per guest language instead (`guests.rs`), and
+//! (or a list: `rust,python`) measures corral alone per guest language
+//! instead (`guests.rs`), and
 //! `CORRAL_BENCH_CALLGRIND=1` counts instructions per activity under
 //! valgrind instead (`callgrind.rs`).
 
@@ -206,14 +207,16 @@ async fn bench() -> Result<()> {
         "corral",
         std::env::var_os("CORRAL_BENCH_BIN").unwrap_or(this_build),
     )];
-    // CORRAL_BENCH_GUESTS=1: per guest language instead (see `guests`).
-    if std::env::var("CORRAL_BENCH_GUESTS").is_ok_and(|v| v == "1") {
+    // CORRAL_BENCH_GUESTS=1 (every language) or a list of languages: per
+    // guest language instead (see `guests`).
+    if let Ok(languages) = std::env::var("CORRAL_BENCH_GUESTS") {
         let other = std::env::var_os("CORRAL_BENCH_BIN_B").filter(|b| !b.is_empty());
         let binaries = guests::Binaries {
             this: &corrals[0].1,
             other: other.as_deref(),
         };
-        guests::bench(&client, &address, &dir, binaries, rounds()).await?;
+        let guests = guests::chosen(&languages)?;
+        guests::bench(&client, &address, &dir, binaries, &guests, rounds()).await?;
         let _ = std::fs::remove_dir_all(&dir);
         return Ok(());
     }
