@@ -111,6 +111,9 @@ pub(crate) struct Fair<W> {
     /// Tasks that may run at once: the cores given to guests.
     slots: usize,
     running: usize,
+    /// Tasks in line, of all tenants: with none, a request given a free
+    /// slot and a release need no look for whom to grant it.
+    waiting: usize,
     /// By name: a few short comparisons find one, cheaper than hashing
     /// its name each slice.
     tenants: BTreeMap<Arc<str>, Account<W>>,
@@ -123,6 +126,7 @@ impl<W: PartialEq> Fair<W> {
         Fair {
             slots: slots.max(1),
             running: 0,
+            waiting: 0,
             tenants: BTreeMap::new(),
             floor: 0,
         }
@@ -156,7 +160,18 @@ impl<W: PartialEq> Fair<W> {
         }
         // A task is in line once at most: `cancel` takes out the first.
         debug_assert!(!account.waiting.contains(&waiter), "in line twice");
+        if self.waiting == 0 && self.running < self.slots && account.capped_until(now).is_none() {
+            // No one else waits and a slot is free: what `dispatch` would
+            // decide, without the line.
+            account.running += 1;
+            self.running += 1;
+            self.floor = self.floor.max(account.vruntime);
+            let mut out = Dispatch::default();
+            out.granted.push(waiter);
+            return out;
+        }
         account.waiting.push_back(waiter);
+        self.waiting += 1;
         self.dispatch(now)
     }
 
@@ -171,6 +186,7 @@ impl<W: PartialEq> Fair<W> {
         again: Option<W>,
         now: Instant,
     ) -> Dispatch<W> {
+        let mut idle = false;
         if let Some(account) = self.tenants.get_mut(tenant) {
             account.running = account.running.saturating_sub(1);
             account.charge(used, now);
@@ -178,9 +194,20 @@ impl<W: PartialEq> Fair<W> {
                 again.as_ref().is_none_or(|w| !account.waiting.contains(w)),
                 "in line twice"
             );
-            account.waiting.extend(again);
+            if let Some(again) = again {
+                account.waiting.push_back(again);
+                self.waiting += 1;
+            }
+            idle = account.forgettable(self.floor);
         }
         self.running = self.running.saturating_sub(1);
+        if self.waiting == 0 {
+            // No one in line to grant the slot to (and the floor stays).
+            if idle {
+                self.tenants.remove(tenant);
+            }
+            return Dispatch::default();
+        }
         let dispatch = self.dispatch(now);
         self.forget_if_idle(tenant);
         dispatch
@@ -196,6 +223,7 @@ impl<W: PartialEq> Fair<W> {
             return false;
         };
         account.waiting.remove(at);
+        self.waiting -= 1;
         if account.waiting.is_empty() {
             // Nothing of it waits for its window any more.
             account.throttled_since = None;
@@ -249,6 +277,7 @@ impl<W: PartialEq> Fair<W> {
             let Some(waiter) = account.waiting.pop_front() else {
                 break;
             };
+            self.waiting -= 1;
             account.running += 1;
             self.running += 1;
             self.floor = self.floor.max(vruntime);
@@ -315,8 +344,14 @@ mod tests {
             // Windows that opened.
             let d = fair.dispatch(now);
             running.extend(d.granted.into_iter().map(|w| (names[&w].0.clone(), w)));
+            assert_eq!(fair.waiting, in_line(&fair), "the count of tasks in line");
         }
         got
+    }
+
+    /// The tasks in its tenants' lines, counted.
+    fn in_line<W: PartialEq>(fair: &Fair<W>) -> usize {
+        fair.tenants.values().map(|a| a.waiting.len()).sum()
     }
 
     fn share_of(got: &BTreeMap<String, Duration>, tenant: &str) -> f64 {
@@ -459,5 +494,30 @@ mod tests {
             d.throttled,
             vec![(t.clone(), CAP_WINDOW - Duration::from_millis(10))]
         );
+    }
+
+    #[test]
+    fn a_tenant_past_its_cap_waits_though_a_slot_is_free_and_no_one_is_in_line() {
+        let mut fair = Fair::new(2);
+        let (t, u): (Arc<str>, Arc<str>) = (Arc::from("t"), Arc::from("u"));
+        let start = Instant::now();
+        // A cap of 0.1 core: 10 ms per 100 ms window, all used by one
+        // task that then ends.
+        let capped = share(100, Some(0.1));
+        assert_eq!(fair.request(&t, capped, 1, start).granted[..], [1]);
+        let now = start + Duration::from_millis(10);
+        assert!(
+            fair.release("t", Duration::from_millis(10), None, now)
+                .granted
+                .is_empty()
+        );
+        // Its next task waits for the next window.
+        let d = fair.request(&t, capped, 2, now);
+        assert!(d.granted.is_empty(), "granted past its cap: {d:?}");
+        assert_eq!(d.retry_at, Some(start + CAP_WINDOW));
+        // Another tenant's task runs at once meanwhile.
+        assert_eq!(fair.request(&u, share(100, None), 3, now).granted[..], [3]);
+        assert_eq!(fair.dispatch(start + CAP_WINDOW).granted[..], [2]);
+        assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
     }
 }
