@@ -136,45 +136,48 @@ impl CpuScheduler {
     /// interval, or the watchdog's slice in host calls, with the task's
     /// conversion and instantiation), once; never more than half of them
     /// at a time, and none while the slots are all taken.
-    pub async fn execute<F>(
+    pub fn execute<F>(
         self: &Arc<Self>,
         tenant: Arc<str>,
         activity_type: String,
         share: CpuShare,
         work: F,
-    ) -> (F::Output, CpuUse)
+    ) -> impl Future<Output = (F::Output, CpuUse)> + Send + '_
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        // The task's span and the caller's subscriber go with it to the
-        // guest thread: its logs and spans are the task's, as before.
-        use tracing::Instrument as _;
-        use tracing::instrument::WithSubscriber as _;
-        // To the heap first, once: a task's future is large, and the
-        // wrappers then move a pointer, not it.
-        let work = Box::pin(work)
-            .instrument(tracing::Span::current())
-            .with_current_subscriber();
-        let mut scheduled = self.schedule(tenant, activity_type, share, work);
-        let Some(threads) = &self.threads else {
-            return scheduled.await;
-        };
-        if let Some(_place) = Inline::take(&self.inline) {
-            // Returns at once: the guard never crosses an await.
-            let here = std::future::poll_fn(|cx| {
-                let _guests = threads.enter();
-                match Pin::new(&mut scheduled).poll(cx) {
-                    Poll::Ready(done) => Poll::Ready(Some(done)),
-                    Poll::Pending => Poll::Ready(None),
+        // To the heap at once, from where the caller built it: a task's
+        // future is large (kilobytes), and is then copied once, not twice;
+        // moving the task to a guest thread moves a pointer.
+        let mut scheduled = self.schedule(tenant, activity_type, share, Box::pin(work));
+        async move {
+            let Some(threads) = &self.threads else {
+                return scheduled.await;
+            };
+            if let Some(_place) = Inline::take(&self.inline) {
+                // Returns at once: the guard never crosses an await. The
+                // caller's span and subscriber are this thread's already.
+                let here = std::future::poll_fn(|cx| {
+                    let _guests = threads.enter();
+                    match Pin::new(&mut scheduled).poll(cx) {
+                        Poll::Ready(done) => Poll::Ready(Some(done)),
+                        Poll::Pending => Poll::Ready(None),
+                    }
+                })
+                .await;
+                if let Some(done) = here {
+                    return done;
                 }
-            })
-            .await;
-            if let Some(done) = here {
-                return done;
             }
+            // The task's span and the caller's subscriber go with it to the
+            // guest thread: its logs and spans are the task's, as before.
+            scheduled.context = Some((
+                tracing::Span::current(),
+                tracing::dispatcher::get_default(Clone::clone),
+            ));
+            threads.spawn(scheduled).await
         }
-        threads.spawn(scheduled).await
     }
 
     /// [`CpuScheduler::schedule`] of any future, boxed: the tests' way in
@@ -220,6 +223,7 @@ impl CpuScheduler {
             used: CpuUse::default(),
             waker: Waker::from(ticket.clone()),
             ticket: Ticket(ticket),
+            context: None,
         }
     }
 
@@ -282,6 +286,9 @@ pub struct Scheduled<W> {
     waker: Waker,
     /// Its place in line each time it asks for a slot.
     ticket: Ticket,
+    /// The span and subscriber its work is polled in, once it runs on a
+    /// guest thread (on the caller's thread they are current already).
+    context: Option<(tracing::Span, tracing::Dispatch)>,
 }
 
 impl Waiter {
@@ -363,7 +370,13 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
         this.holding = true;
         this.polled = true;
         let before = thread_cpu();
-        let polled = Pin::new(work).poll(&mut Context::from_waker(&this.waker));
+        let mut cx = Context::from_waker(&this.waker);
+        let polled = match &this.context {
+            None => Pin::new(work).poll(&mut cx),
+            Some((span, dispatch)) => tracing::dispatcher::with_default(dispatch, || {
+                span.in_scope(|| Pin::new(work).poll(&mut cx))
+            }),
+        };
         if polled.is_ready() {
             // Its teardown (the store, the instance) is its own CPU too.
             this.work = None;

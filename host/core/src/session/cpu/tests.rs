@@ -123,6 +123,31 @@ async fn guests_execute_on_their_own_threads_below_the_hosts_priority() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_moved_to_a_guest_thread_keeps_its_span_and_subscriber() {
+    use tracing::Instrument as _;
+    use tracing::instrument::WithSubscriber as _;
+    let scheduler = CpuScheduler::new(2, Arc::new(Metrics::default()));
+    // A subscriber of this test's own (none is the global default), and
+    // a span the caller runs the task in.
+    let subscriber = tracing::Dispatch::new(tracing_subscriber::registry());
+    let span = tracing::dispatcher::with_default(&subscriber, || tracing::info_span!("the-task"));
+    let ((span, ours, name), _) = execute(&scheduler, "a", async {
+        Yield(false).await;
+        (
+            tracing::Span::current().metadata().map(|m| m.name()),
+            tracing::dispatcher::get_default(|d| d.is::<tracing_subscriber::Registry>()),
+            here().0,
+        )
+    })
+    .instrument(span)
+    .with_subscriber(subscriber)
+    .await;
+    assert_eq!(name.as_deref(), Some("corral-guest"));
+    assert_eq!(span, Some("the-task"));
+    assert!(ours, "the caller's subscriber");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guests_panic_reaches_the_caller_and_frees_its_slot_and_place() {
     // On a guest thread: the only slot is free again.
     let scheduler = CpuScheduler::new(1, Arc::new(Metrics::default()));
