@@ -1,7 +1,7 @@
 //! `CORRAL_BENCH_GUESTS=1`: what a task costs corral per guest language
 //! through Temporal (`CORRAL_BENCH_GUESTS=rust,python`: those languages
-//! only, as in the sandbox bench; one language alone is what a profiler
-//! attached to the `corral serve` process sees of it). One `corral serve` (gRPC compression off) serves two
+//! only, a list as the sandbox bench takes; one language alone is what a
+//! profiler attached to the `corral serve` process sees of it). One `corral serve` (gRPC compression off) serves two
 //! tenants per language, each the language's trivial activity (a string in,
 //! a string out, no host call): `examples/echo` in Rust, `python-shout`
 //! (componentize-py) and `js-greeter` (componentize-js); one tenant with a
@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use serde_json::json;
 use temporalio_client::Client;
 
@@ -48,21 +48,26 @@ pub fn chosen(languages: &str) -> Result<Vec<Guest>> {
     if languages == "1" {
         return Ok(GUESTS.to_vec());
     }
-    languages
-        .split(',')
-        .map(|language| {
-            GUESTS
-                .iter()
-                .find(|g| g.0.eq_ignore_ascii_case(language.trim()))
-                .copied()
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "CORRAL_BENCH_GUESTS: no guest in `{language}` (1, or some of rust, \
-                         python, javascript)"
-                    )
-                })
-        })
-        .collect()
+    let mut chosen: Vec<Guest> = Vec::new();
+    for language in languages.split(',') {
+        let guest = GUESTS
+            .iter()
+            .find(|g| g.0.eq_ignore_ascii_case(language.trim()))
+            .with_context(|| {
+                format!(
+                    "CORRAL_BENCH_GUESTS: no guest in `{language}` (1, or some of rust, python, \
+                     javascript)"
+                )
+            })?;
+        // Its tenants once: `corral serve` refuses a tenant named twice.
+        anyhow::ensure!(
+            !chosen.contains(guest),
+            "CORRAL_BENCH_GUESTS: `{}` named twice",
+            guest.0
+        );
+        chosen.push(*guest);
+    }
+    Ok(chosen)
 }
 
 /// The build measured, and optionally a second one beside it.

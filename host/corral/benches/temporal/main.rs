@@ -208,8 +208,10 @@ async fn bench() -> Result<()> {
         std::env::var_os("CORRAL_BENCH_BIN").unwrap_or(this_build),
     )];
     // CORRAL_BENCH_GUESTS=1 (every language) or a list of languages: per
-    // guest language instead (see `guests`).
-    if let Ok(languages) = std::env::var("CORRAL_BENCH_GUESTS") {
+    // guest language instead (see `guests`); empty or 0 is off.
+    if let Ok(languages) = std::env::var("CORRAL_BENCH_GUESTS")
+        && !matches!(languages.as_str(), "" | "0")
+    {
         let other = std::env::var_os("CORRAL_BENCH_BIN_B").filter(|b| !b.is_empty());
         let binaries = guests::Binaries {
             this: &corrals[0].1,

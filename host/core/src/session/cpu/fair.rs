@@ -466,14 +466,22 @@ mod tests {
                 .granted
                 .is_empty()
         );
+        assert_eq!((fair.waiting, in_line(&fair)), (2, 2));
         // 2 leaves the queue; 1's slot then goes to 3.
         assert!(fair.cancel("t", &2));
+        assert_eq!((fair.waiting, in_line(&fair)), (1, 1));
         assert_eq!(fair.release("t", SLICE, None, now).granted[..], [3]);
+        assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
         // 3 was granted: cancelling finds nothing waiting, the caller
         // releases, and the slot is free for the next.
         assert!(!fair.cancel("t", &3));
-        fair.release("t", Duration::ZERO, None, now);
+        assert!(
+            fair.release("t", Duration::ZERO, None, now)
+                .granted
+                .is_empty()
+        );
         assert_eq!(fair.request(&t, share(100, None), 4, now).granted[..], [4]);
+        assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
     }
 
     #[test]

@@ -371,15 +371,12 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
         this.polled = true;
         let before = thread_cpu();
         let mut cx = Context::from_waker(&this.waker);
-        let polled = match &this.context {
-            None => Pin::new(work).poll(&mut cx),
-            Some((span, dispatch)) => tracing::dispatcher::with_default(dispatch, || {
-                span.in_scope(|| Pin::new(work).poll(&mut cx))
-            }),
-        };
+        let polled = in_context(&this.context, || Pin::new(work).poll(&mut cx));
         if polled.is_ready() {
-            // Its teardown (the store, the instance) is its own CPU too.
-            this.work = None;
+            // Its teardown (the store, the instance) is its own CPU too,
+            // and its logs the task's.
+            let work = this.work.take();
+            in_context(&this.context, || drop(work));
         }
         let used = thread_cpu().saturating_sub(before);
         this.used.cpu += used;
@@ -420,8 +417,19 @@ impl<W> Scheduled<W> {
     }
 }
 
+/// `f` in a task's span and subscriber, when it carries them.
+fn in_context<R>(context: &Option<(tracing::Span, tracing::Dispatch)>, f: impl FnOnce() -> R) -> R {
+    match context {
+        None => f(),
+        Some((span, dispatch)) => tracing::dispatcher::with_default(dispatch, || span.in_scope(f)),
+    }
+}
+
 impl<W> Drop for Scheduled<W> {
     fn drop(&mut self) {
+        // A cancelled task's teardown logs as the task, as its polls did.
+        let work = self.work.take();
+        in_context(&self.context, || drop(work));
         self.report();
         if self.holding {
             // Its poll panicked while it held a slot.

@@ -148,6 +148,47 @@ async fn a_task_moved_to_a_guest_thread_keeps_its_span_and_subscriber() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_task_on_a_guest_thread_is_torn_down_in_its_span() {
+    use tracing::Instrument as _;
+    use tracing::instrument::WithSubscriber as _;
+    /// Says, when dropped, which span was current.
+    struct Torn(std::sync::mpsc::Sender<Option<&'static str>>);
+    impl Drop for Torn {
+        fn drop(&mut self) {
+            let _ = self
+                .0
+                .send(tracing::Span::current().metadata().map(|m| m.name()));
+        }
+    }
+    let scheduler = CpuScheduler::new(2, Arc::new(Metrics::default()));
+    let subscriber = tracing::Dispatch::new(tracing_subscriber::registry());
+    let span = tracing::dispatcher::with_default(&subscriber, || tracing::info_span!("the-task"));
+    let (torn, torn_rx) = std::sync::mpsc::channel();
+    let (moved, moved_rx) = tokio::sync::oneshot::channel();
+    let (_never, never_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(
+        execute(&scheduler, "a", async move {
+            let _torn = Torn(torn);
+            Yield(false).await;
+            let _ = moved.send(here().0);
+            let _ = never_rx.await;
+        })
+        .instrument(span)
+        .with_subscriber(subscriber),
+    );
+    assert_eq!(
+        moved_rx.await.ok().flatten().as_deref(),
+        Some("corral-guest")
+    );
+    // Cancelled mid-run: its store and instance go with it.
+    task.abort();
+    let current = tokio::task::spawn_blocking(move || torn_rx.recv())
+        .await
+        .unwrap();
+    assert_eq!(current, Ok(Some("the-task")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guests_panic_reaches_the_caller_and_frees_its_slot_and_place() {
     // On a guest thread: the only slot is free again.
     let scheduler = CpuScheduler::new(1, Arc::new(Metrics::default()));
