@@ -214,6 +214,15 @@ components = [{hostile:?}]
     );
 }
 
+/// A call to `/corral.v1.Admin/Run` without a token.
+fn flood_call(port: u16) -> http::Request<()> {
+    http::Request::post(format!("http://127.0.0.1:{port}/corral.v1.Admin/Run"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap()
+}
+
 /// One HTTP/2 connection, `streams` calls to `/corral.v1.Admin/Run` without
 /// a token, each announcing a 4,000,000-byte message and sending 1 MiB of
 /// it; the `grpc-status` of each answer.
@@ -230,12 +239,7 @@ fn unauthenticated_flood(port: u16, streams: usize) -> Vec<String> {
         // flood within them. Streams opened before that were refused with
         // REFUSED_STREAM on a slow machine, which is not the bound tested.
         client = client.ready().await.unwrap();
-        let probe = http::Request::post(format!("http://127.0.0.1:{port}/corral.v1.Admin/Run"))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
-        let (probe, _body) = client.send_request(probe, true).unwrap();
+        let (probe, _body) = client.send_request(flood_call(port), true).unwrap();
         let _ = probe.await;
         let mut frame = vec![0u8];
         frame.extend_from_slice(&4_000_000u32.to_be_bytes());
@@ -244,17 +248,33 @@ fn unauthenticated_flood(port: u16, streams: usize) -> Vec<String> {
         let mut answers = Vec::new();
         for _ in 0..streams {
             client = client.ready().await.unwrap();
-            let request =
-                http::Request::post(format!("http://127.0.0.1:{port}/corral.v1.Admin/Run"))
-                    .header("content-type", "application/grpc")
-                    .header("te", "trailers")
-                    .body(())
-                    .unwrap();
+            let (request, frame) = (flood_call(port), frame.clone());
             let (response, mut body) = client.send_request(request, false).unwrap();
             let _ = body.send_data(frame.clone(), false);
+            let client = client.clone();
             answers.push(tokio::spawn(async move {
-                let answer = response.await;
+                let mut answer = response.await;
                 drop(body);
+                // A stream the server refused before it looked at it
+                // (REFUSED_STREAM: its count of open streams lags the
+                // client's while a reset is on the wire) is sent again, as
+                // gRPC clients do: it was not an answer to the call.
+                for _ in 0..5 {
+                    match &answer {
+                        Err(e) if e.reason() == Some(h2::Reason::REFUSED_STREAM) => {}
+                        _ => break,
+                    }
+                    let Ok(mut client) = client.clone().ready().await else {
+                        break;
+                    };
+                    let Ok((response, mut body)) = client.send_request(flood_call(port), false)
+                    else {
+                        break;
+                    };
+                    let _ = body.send_data(frame.clone(), false);
+                    answer = response.await;
+                    drop(body);
+                }
                 match answer {
                     Ok(response) => response
                         .headers()
