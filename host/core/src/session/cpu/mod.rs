@@ -373,10 +373,8 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
         let mut cx = Context::from_waker(&this.waker);
         let polled = in_context(&this.context, || Pin::new(work).poll(&mut cx));
         if polled.is_ready() {
-            // Its teardown (the store, the instance) is its own CPU too,
-            // and its logs the task's.
-            let work = this.work.take();
-            in_context(&this.context, || drop(work));
+            // Its teardown (the store, the instance) is its own CPU too.
+            end_work(&mut this.work, &this.context);
         }
         let used = thread_cpu().saturating_sub(before);
         this.used.cpu += used;
@@ -425,11 +423,17 @@ fn in_context<R>(context: &Option<(tracing::Span, tracing::Dispatch)>, f: impl F
     }
 }
 
+/// Drops a task's work (the store, the instance) in its span and
+/// subscriber: the teardown logs as the task, as its polls did.
+fn end_work<W>(work: &mut Option<W>, context: &Option<(tracing::Span, tracing::Dispatch)>) {
+    let work = work.take();
+    in_context(context, || drop(work));
+}
+
 impl<W> Drop for Scheduled<W> {
     fn drop(&mut self) {
-        // A cancelled task's teardown logs as the task, as its polls did.
-        let work = self.work.take();
-        in_context(&self.context, || drop(work));
+        // Cancelled on the way, or already ended (then nothing to drop).
+        end_work(&mut self.work, &self.context);
         self.report();
         if self.holding {
             // Its poll panicked while it held a slot.
