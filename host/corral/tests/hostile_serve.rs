@@ -223,6 +223,18 @@ fn flood_call(port: u16) -> http::Request<()> {
         .unwrap()
 }
 
+/// Opens a flood call on `client` and sends `frame` of its message: the
+/// answer to come, and the stream to drop once it has come.
+fn send_flood_call(
+    client: &mut h2::client::SendRequest<bytes::Bytes>,
+    port: u16,
+    frame: &bytes::Bytes,
+) -> Result<(h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>), h2::Error> {
+    let (response, mut body) = client.send_request(flood_call(port), false)?;
+    let _ = body.send_data(frame.clone(), false);
+    Ok((response, body))
+}
+
 /// One HTTP/2 connection, `streams` calls to `/corral.v1.Admin/Run` without
 /// a token, each announcing a 4,000,000-byte message and sending 1 MiB of
 /// it; the `grpc-status` of each answer.
@@ -248,10 +260,8 @@ fn unauthenticated_flood(port: u16, streams: usize) -> Vec<String> {
         let mut answers = Vec::new();
         for _ in 0..streams {
             client = client.ready().await.unwrap();
-            let (request, frame) = (flood_call(port), frame.clone());
-            let (response, mut body) = client.send_request(request, false).unwrap();
-            let _ = body.send_data(frame.clone(), false);
-            let client = client.clone();
+            let (response, body) = send_flood_call(&mut client, port, &frame).unwrap();
+            let (client, frame) = (client.clone(), frame.clone());
             answers.push(tokio::spawn(async move {
                 let mut answer = response.await;
                 drop(body);
@@ -267,11 +277,9 @@ fn unauthenticated_flood(port: u16, streams: usize) -> Vec<String> {
                     let Ok(mut client) = client.clone().ready().await else {
                         break;
                     };
-                    let Ok((response, mut body)) = client.send_request(flood_call(port), false)
-                    else {
+                    let Ok((response, body)) = send_flood_call(&mut client, port, &frame) else {
                         break;
                     };
-                    let _ = body.send_data(frame.clone(), false);
                     answer = response.await;
                     drop(body);
                 }
