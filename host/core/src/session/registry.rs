@@ -17,8 +17,9 @@ use crate::sandbox::{DeploymentReuse, LoadedComponent, Outcome, PreparedTenant, 
 pub struct Route {
     pub tenant: Arc<PreparedTenant>,
     pub component: Arc<LoadedComponent>,
-    /// The full activity type name inside the component.
-    pub activity: String,
+    /// The full activity type name inside the component (shared: every
+    /// task of the type carries it).
+    pub activity: Arc<str>,
     /// Under a canary: its split, and the side this task was routed to.
     pub side: Option<(Arc<Split>, Side)>,
 }
@@ -119,7 +120,7 @@ impl Deployment {
         Route {
             tenant: runs_as.clone(),
             component: self.component.clone(),
-            activity: activity.to_owned(),
+            activity: Arc::from(activity),
             side: None,
         }
     }
@@ -267,7 +268,7 @@ impl Registry {
         let tenants = self.read();
         let table = tenants.get(tenant)?;
         let mut route = table.routes.get(activity_type)?.clone();
-        if let Some((split, candidate, routed)) = table.canaries.get(&route.activity) {
+        if let Some((split, candidate, routed)) = table.canaries.get(&*route.activity) {
             let side = split.take(routed);
             if side == Side::Candidate {
                 route = candidate.clone();

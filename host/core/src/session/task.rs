@@ -86,7 +86,7 @@ async fn execute(
     start: TaskStart,
     entry: &InFlight,
     progress: &Arc<Progress>,
-) -> (Outcome, String) {
+) -> (Outcome, Arc<str>) {
     let TaskStart {
         tenant,
         activity_type,
@@ -112,7 +112,7 @@ async fn execute(
                 listed_names(served.iter().map(String::as_str)),
             ),
         ));
-        return (unknown, "<unknown>".to_owned());
+        return (unknown, Arc::from("<unknown>"));
     };
     let args = match args
         .map_err(BadInput::from)
@@ -132,7 +132,7 @@ async fn execute(
     };
     let recording = Recording::of(&route, &args);
     let task = Task {
-        activity_type: route.activity.clone(),
+        activity_type: route.activity.to_string(),
         args,
         info,
         deadline,
@@ -228,7 +228,7 @@ impl Recording {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         self.sampler.offer(Attempt {
-            activity_type: route.activity.clone(),
+            activity_type: route.activity.to_string(),
             version: route.component.digest.clone(),
             args: self.args,
             ending: Ending::of(outcome),
@@ -257,7 +257,7 @@ fn arguments(args: Args, route: &super::Route) -> Result<Vec<Value>, BadInput> {
         Args::Named(named) => match route.component.activity(&route.activity) {
             Some(activity) => Ok(convert::positional(&activity.params, named)?),
             // The route was built from this component's own activity types.
-            None => Err(BadInput::NotExported(route.activity.clone())),
+            None => Err(BadInput::NotExported(route.activity.to_string())),
         },
     }
 }

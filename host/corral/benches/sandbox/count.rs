@@ -191,6 +191,7 @@ impl Counting {
             return Ok(());
         }
         let name: Arc<str> = Arc::from("bench");
+        let activity: Arc<str> = Arc::from(self.activity);
         for _ in 0..n {
             let task = Task::new(self.activity, vec![self.input.clone()]);
             // The same work either way, so the difference is the
@@ -205,10 +206,10 @@ impl Counting {
                 None => work.await,
                 Some(scheduler) => {
                     // As a session passes its route's: the tenant's name
-                    // shared, the activity type's copied.
+                    // and the activity type's, shared.
                     let share = CpuShare::default();
                     scheduler
-                        .execute(name.clone(), self.activity.to_owned(), share, work)
+                        .execute(name.clone(), activity.clone(), share, work)
                         .await
                         .0
                 }

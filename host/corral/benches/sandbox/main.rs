@@ -184,7 +184,7 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
             let (out, _) = scheduler
                 .execute(
                     Arc::from("bench"),
-                    activity.to_owned(),
+                    Arc::from(activity),
                     CpuShare::default(),
                     work,
                 )

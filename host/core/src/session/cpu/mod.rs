@@ -139,7 +139,7 @@ impl CpuScheduler {
     pub fn execute<F>(
         self: &Arc<Self>,
         tenant: Arc<str>,
-        activity_type: String,
+        activity_type: Arc<str>,
         share: CpuShare,
         work: F,
     ) -> impl Future<Output = (F::Output, CpuUse)> + Send + '_
@@ -186,7 +186,7 @@ impl CpuScheduler {
     pub(crate) fn run<F: Future>(
         self: &Arc<Self>,
         tenant: Arc<str>,
-        activity_type: String,
+        activity_type: Arc<str>,
         share: CpuShare,
         work: F,
     ) -> Scheduled<Pin<Box<F>>> {
@@ -200,7 +200,7 @@ impl CpuScheduler {
     fn schedule<W: Future + Unpin>(
         self: &Arc<Self>,
         tenant: Arc<str>,
-        activity_type: String,
+        activity_type: Arc<str>,
         share: CpuShare,
         work: W,
     ) -> Scheduled<W> {
@@ -267,7 +267,7 @@ impl CpuScheduler {
 pub struct Scheduled<W> {
     scheduler: Arc<CpuScheduler>,
     tenant: Arc<str>,
-    activity_type: String,
+    activity_type: Arc<str>,
     /// Used since it was last added to the metrics.
     unreported: CpuUse,
     share: CpuShare,

@@ -52,7 +52,7 @@ where
     async move {
         let share = CpuShare::default();
         scheduler
-            .execute(tenant, "where".to_owned(), share, work)
+            .execute(tenant, Arc::from("where"), share, work)
             .await
     }
 }
@@ -263,14 +263,14 @@ async fn a_task_that_panics_while_it_runs_gives_its_slot_back() {
     let scheduler = CpuScheduler::new(1, Arc::new(Metrics::default()));
     let panics = scheduler.run(
         Arc::from("a"),
-        "panic".to_owned(),
+        Arc::from("panic"),
         CpuShare::default(),
         async { panic!("a broken invariant") },
     );
     assert!(tokio::spawn(panics).await.is_err());
     let next = scheduler.run(
         Arc::from("b"),
-        "seven".to_owned(),
+        Arc::from("seven"),
         CpuShare::default(),
         async { 7 },
     );
@@ -295,7 +295,7 @@ async fn a_task_that_yields_is_back_in_line_before_its_slot_is_given_away() {
             weight: CpuWeight::new(weight).unwrap(),
             max: None,
         };
-        scheduler.run(Arc::from(name), "turns".to_owned(), share, async move {
+        scheduler.run(Arc::from(name), Arc::from("turns"), share, async move {
             for _ in 0..5 {
                 lock(&order).push(name);
                 let slice = thread_cpu();
@@ -322,7 +322,7 @@ async fn two_tasks_on_one_slot_take_turns_and_count_their_cpu_and_wait() {
     let run = |tenant: &str| {
         tokio::spawn(scheduler.run(
             Arc::from(tenant),
-            "burn".to_owned(),
+            Arc::from("burn"),
             CpuShare::default(),
             burn(Duration::from_millis(50)),
         ))
@@ -356,7 +356,7 @@ async fn while_held(scheduler: &Arc<CpuScheduler>, inside: impl FnOnce()) {
     scheduler
         .run(
             Arc::from("a"),
-            "hold".to_owned(),
+            Arc::from("hold"),
             CpuShare::default(),
             holder,
         )
@@ -370,7 +370,7 @@ async fn a_task_dropped_while_in_line_or_granted_leaves_no_slot_taken() {
     let next = |scheduler: &Arc<CpuScheduler>| {
         let run = scheduler.run(
             Arc::from("b"),
-            "seven".to_owned(),
+            Arc::from("seven"),
             CpuShare::default(),
             async { 7 },
         );
@@ -380,7 +380,7 @@ async fn a_task_dropped_while_in_line_or_granted_leaves_no_slot_taken() {
     // In line, then gone: it must not be granted the slot later.
     let mut gone = Box::pin(scheduler.run(
         Arc::from("b"),
-        "none".to_owned(),
+        Arc::from("none"),
         CpuShare::default(),
         async {},
     ));
@@ -395,7 +395,7 @@ async fn a_task_dropped_while_in_line_or_granted_leaves_no_slot_taken() {
     // Granted when the holder finished, then dropped before it ran.
     let mut granted = Box::pin(scheduler.run(
         Arc::from("b"),
-        "none".to_owned(),
+        Arc::from("none"),
         CpuShare::default(),
         async {},
     ));

@@ -203,7 +203,7 @@ impl Catalog {
                 let _slot = permits.host_slot().await;
                 let started = Instant::now();
                 let label: Arc<str> = spec.tenant.name.as_str().into();
-                let activity = attempt.activity_type.clone();
+                let activity: Arc<str> = attempt.activity_type.as_str().into();
                 let outcome = cpu.execute(label, activity, spec.tenant.cpu, work).await.0;
                 (outcome, started)
             }
