@@ -1,8 +1,10 @@
 //! CPU between tenants against the real binary on a real Temporal dev
 //! server: a tenant's `cpu_max` holds (the host's own counters and the
 //! server's own timestamps say so), and the admin API shows each tenant's
-//! weight, cap and CPU. How the cores are shared under load is measured by
-//! `cargo bench -p corral --bench fairness`, not asserted on time.
+//! weight, cap and CPU; and a guest's time is spent on the guests' own
+//! threads, not the host's (the threads' own CPU clocks say so). How the
+//! cores are shared under load is measured by `cargo bench -p corral
+//! --bench fairness`, not asserted on time.
 
 mod common;
 
@@ -101,4 +103,105 @@ components = [{hostile:?}]
         tenant["cpu_throttled_seconds"].as_f64().unwrap_or(0.0) > 0.0,
         "{status}"
     );
+}
+
+/// A guest's CPU is spent on the guests' threads: the host's own threads
+/// give a task at most its first time slice (a fuel interval, with its
+/// conversion and instantiation), and everything after goes on a
+/// `corral-guest` thread, below the host's priority. Counted from the
+/// kernel's own clocks of each thread of the process, not by time.
+#[test]
+fn a_guests_cpu_is_spent_on_the_guests_threads_not_the_hosts() {
+    let server = TemporalServer::start();
+    let queue = unique("burner");
+    let metrics = free_port();
+    let data = tempfile::tempdir().unwrap();
+    let corral = Corral::serve(&format!(
+        r#"
+[host]
+metrics_listen = "127.0.0.1:{metrics}"
+data_dir = {data:?}
+
+[[tenant]]
+name = "burner"
+temporal = {{ address = "http://{address}", task_queue = "{queue}" }}
+limits = {{ timeout = "120s" }}
+components = [{hostile:?}]
+"#,
+        data = path(data.path()),
+        address = server.address(),
+        hostile = path(&hostile_guest("hostile")),
+    ));
+    let burn = "demo:hostile/api.burn";
+    let series =
+        format!(r#"corral_tenant_cpu_seconds_total{{tenant="burner",activity_type="{burn}"}}"#);
+    // One short task first: whatever the first task of a component does
+    // once is not in what is counted.
+    let (_, out) = execute(&server, &queue, burn, &["1000"], &[]);
+    assert_eq!(out["status"], "COMPLETED", "{out}\n{}", corral.stderr());
+    let counted_before = sample(&scrape(metrics), &series).unwrap_or(0.0);
+
+    let pid = corral.pid();
+    let before = ThreadCpu::of(pid);
+    let (_, out) = execute(&server, &queue, burn, &[ROUNDS], &[]);
+    assert_eq!(out["status"], "COMPLETED", "{out}\n{}", corral.stderr());
+    let after = ThreadCpu::of(pid);
+    let counted = sample(&scrape(metrics), &series).unwrap_or(0.0) - counted_before;
+
+    let guests = after.guests - before.guests;
+    let hosts = (after.process - after.guests) - (before.process - before.guests);
+    assert!(counted >= 0.2, "{counted} s of CPU counted for the burn");
+    assert!(
+        guests >= 0.75 * counted,
+        "the guest threads used {guests:.3} s of the task's {counted:.3} s"
+    );
+    assert!(
+        hosts <= 0.25 * counted,
+        "the host's own threads used {hosts:.3} s while the task used {counted:.3} s"
+    );
+}
+
+/// CPU time of one process: all of it (its ended threads' too), and its
+/// `corral-guest` threads'.
+struct ThreadCpu {
+    process: f64,
+    guests: f64,
+}
+
+impl ThreadCpu {
+    fn of(pid: u32) -> ThreadCpu {
+        let guests = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|entry| {
+                let task = entry.ok()?.path();
+                let comm = std::fs::read_to_string(task.join("comm")).ok()?;
+                (comm.trim() == "corral-guest").then(|| cpu_seconds(&task.join("stat")))
+            })
+            .sum();
+        ThreadCpu {
+            process: cpu_seconds(std::path::Path::new(&format!("/proc/{pid}/stat"))),
+            guests,
+        }
+    }
+}
+
+/// User and system time in a `/proc` `stat` file, in seconds.
+fn cpu_seconds(stat: &std::path::Path) -> f64 {
+    let stat = std::fs::read_to_string(stat).unwrap_or_default();
+    // The fields after the command's name, which is in parentheses and
+    // may hold spaces: utime and stime are the 14th and 15th of the line.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields
+        .get(11..13)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|field| field.parse::<f64>().ok())
+        .sum();
+    // SAFETY: sysconf only reads a system constant.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    ticks / per_second as f64
 }
