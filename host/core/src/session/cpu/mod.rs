@@ -204,12 +204,7 @@ impl CpuScheduler {
         share: CpuShare,
         work: W,
     ) -> Scheduled<W> {
-        let ticket = Arc::new(Waiter {
-            granted: AtomicBool::new(false),
-            waker: Mutex::new(None),
-            woken: AtomicBool::new(false),
-            outer: Mutex::new(Waker::noop().clone()),
-        });
+        let ticket = Waiter::new();
         Scheduled {
             scheduler: self.clone(),
             tenant,
@@ -292,6 +287,15 @@ pub struct Scheduled<W> {
 }
 
 impl Waiter {
+    fn new() -> Arc<Waiter> {
+        Arc::new(Waiter {
+            granted: AtomicBool::new(false),
+            waker: Mutex::new(None),
+            woken: AtomicBool::new(false),
+            outer: Mutex::new(Waker::noop().clone()),
+        })
+    }
+
     /// Passes wakes on to `waker` from now on.
     fn follow(&self, waker: &Waker) {
         let mut outer = lock(&self.outer);
@@ -311,7 +315,11 @@ impl std::task::Wake for Waiter {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::Release);
-        lock(&self.outer).wake_by_ref();
+        // Passed on with the lock let go: the task's waker may call back
+        // in at once (a waker that polls the task where it is woken) and
+        // must find the lock free.
+        let outer = lock(&self.outer).clone();
+        outer.wake();
     }
 }
 

@@ -407,3 +407,39 @@ async fn a_task_dropped_while_in_line_or_granted_leaves_no_slot_taken() {
     let ran = next(&scheduler).await.expect("the slot is free");
     assert_eq!(ran.0, 7);
 }
+
+/// A waker that, woken, has the task follow another waker at once, as a
+/// waker that polls the task where it is woken would.
+struct Reentrant(Mutex<Option<Arc<Waiter>>>);
+
+impl std::task::Wake for Reentrant {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let waiter = lock(&self.0).clone();
+        if let Some(waiter) = waiter {
+            waiter.follow(Waker::noop());
+        }
+    }
+}
+
+#[test]
+fn a_wake_is_passed_on_with_the_tasks_waker_let_go() {
+    let waiter = Waiter::new();
+    let reentrant = Arc::new(Reentrant(Mutex::new(Some(waiter.clone()))));
+    waiter.follow(&Waker::from(reentrant.clone()));
+    let waker = Waker::from(waiter.clone());
+    let (done, woke) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        waker.wake_by_ref();
+        let _ = done.send(());
+    });
+    let woke = woke.recv_timeout(Duration::from_secs(10));
+    lock(&reentrant.0).take();
+    assert!(
+        woke.is_ok(),
+        "the wake never returned: the task's waker found its lock held"
+    );
+}
