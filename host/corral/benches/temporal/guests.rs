@@ -15,7 +15,6 @@
 //! build's.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,13 +112,15 @@ fn serve(
     let index = served.processes.len();
     let config = dir.join(format!("guests-{index}.toml"));
     std::fs::write(&config, toml)?;
-    served.processes.push(Process(
-        Command::new(binary)
-            .args(["serve", "--config", &config.display().to_string()])
-            .env("CORRAL_LOG", "warn")
-            .stderr(Stdio::null())
-            .spawn()?,
-    ));
+    // A serve that stops (a config an older build refuses, say) is an
+    // error that shows what it said, not a wait for a worker.
+    let process = common::serve_ready(binary, &config)?.map_err(|said| {
+        anyhow::anyhow!(
+            "`{}` serve stopped before it was ready:\n{said}",
+            binary.to_string_lossy()
+        )
+    })?;
+    served.processes.push(process);
     served
         .tenants
         .extend(tenants.into_iter().map(|(t, g)| (t, g, index)));

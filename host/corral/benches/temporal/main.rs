@@ -37,7 +37,7 @@ pub(crate) use common::connect;
 #[allow(dead_code)]
 #[path = "../../tests/common/otlp.rs"]
 mod otlp;
-use common::{Process, cpu_time, dev_server, page_faults, peak_rss_kib};
+use common::{Process, cpu_time, dev_server, page_faults, peak_rss_kib, serve_ready};
 
 pub(crate) const ACTIVITY: &str = "demo:echo/api.echo-u32";
 pub(crate) const CONCURRENCY: usize = 32;
@@ -260,12 +260,15 @@ async fn bench() -> Result<()> {
             &config,
             serve_config(&echo, &address, name, CONCURRENCY, &tracing),
         )?;
-        let process = Command::new(binary)
-            .args(["serve", "--config", &config.display().to_string()])
-            .env("CORRAL_LOG", "warn")
-            .stderr(Stdio::null())
-            .spawn()?;
-        workers.push(Worker::new(name, Process(process)));
+        // A serve that stops (a config an older build refuses, say) is an
+        // error that shows what it said, not a wait for a worker.
+        let process = serve_ready(binary.as_ref(), &config)?.map_err(|said| {
+            anyhow::anyhow!(
+                "`{}` serve stopped before it was ready:\n{said}",
+                binary.to_string_lossy()
+            )
+        })?;
+        workers.push(Worker::new(name, process));
     }
     for kind in native::Kind::ALL {
         workers.push(Worker::new(
