@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,7 @@ use corral::connectors::temporal::payloads;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{Process, dev_server};
+use common::{dev_server, serve_or_fail};
 
 const TOTAL: usize = 10_000;
 /// Of every ten activities, this many are the hostile tenant's in phase 2.
@@ -378,13 +378,7 @@ async fn soak() -> Result<()> {
     // CORRAL_BENCH_BIN: another build (an older commit) under the same load.
     let binary = std::env::var_os("CORRAL_BENCH_BIN")
         .unwrap_or_else(|| std::ffi::OsString::from(env!("CARGO_BIN_EXE_corral")));
-    let corral = Process(
-        Command::new(binary)
-            .args(["serve", "--config", &config_path.display().to_string()])
-            .env("CORRAL_LOG", "warn")
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
+    let corral = serve_or_fail(&binary, &config_path)?;
     let pid = corral.0.id();
     let good: Vec<usize> = (0..GOOD.len()).collect();
     let hostile_kinds: Vec<usize> = (GOOD.len()..all().len()).collect();

@@ -24,7 +24,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use temporalio_client::{Client, ClientOptions, GrpcCompression};
 
-use common::{Process, connect, cpu_time, dev_server, serve_ready, status};
+use common::{Process, connect, cpu_time, dev_server, serve_or_fail, status};
 
 const IDLE: Duration = Duration::from_secs(10);
 
@@ -64,8 +64,7 @@ fn config(n: usize, address: &str, echo: &Path, pollers: &str) -> String {
 /// "ready", and how long that took.
 fn serve(binary: &std::ffi::OsStr, config: &Path) -> Result<(Process, Duration)> {
     let started = Instant::now();
-    let process = serve_ready(binary, config)?
-        .map_err(|said| anyhow::anyhow!("corral serve was not ready: {said}"))?;
+    let process = serve_or_fail(binary, config)?;
     Ok((process, started.elapsed()))
 }
 

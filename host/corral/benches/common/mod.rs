@@ -70,6 +70,18 @@ pub fn serve_ready(
     }
 }
 
+/// [`serve_ready`] where a serve that stops first is an error, showing
+/// what it said (a config an older build refuses, a wrong binary), not a
+/// wait for a worker that never polls.
+pub fn serve_or_fail(binary: &std::ffi::OsStr, config: &std::path::Path) -> Result<Process> {
+    serve_ready(binary, config)?.map_err(|said| {
+        anyhow::anyhow!(
+            "`{}` serve stopped before it was ready:\n{said}",
+            binary.to_string_lossy()
+        )
+    })
+}
+
 /// `temporal server start-dev` on a free loopback port; the process and
 /// its address.
 pub fn dev_server() -> Result<(Process, String)> {

@@ -112,15 +112,9 @@ fn serve(
     let index = served.processes.len();
     let config = dir.join(format!("guests-{index}.toml"));
     std::fs::write(&config, toml)?;
-    // A serve that stops (a config an older build refuses, say) is an
-    // error that shows what it said, not a wait for a worker.
-    let process = common::serve_ready(binary, &config)?.map_err(|said| {
-        anyhow::anyhow!(
-            "`{}` serve stopped before it was ready:\n{said}",
-            binary.to_string_lossy()
-        )
-    })?;
-    served.processes.push(process);
+    served
+        .processes
+        .push(common::serve_or_fail(binary, &config)?);
     served
         .tenants
         .extend(tenants.into_iter().map(|(t, g)| (t, g, index)));

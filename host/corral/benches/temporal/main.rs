@@ -37,7 +37,7 @@ pub(crate) use common::connect;
 #[allow(dead_code)]
 #[path = "../../tests/common/otlp.rs"]
 mod otlp;
-use common::{Process, cpu_time, dev_server, page_faults, peak_rss_kib, serve_ready};
+use common::{Process, cpu_time, dev_server, page_faults, peak_rss_kib, serve_or_fail};
 
 pub(crate) const ACTIVITY: &str = "demo:echo/api.echo-u32";
 pub(crate) const CONCURRENCY: usize = 32;
@@ -260,15 +260,7 @@ async fn bench() -> Result<()> {
             &config,
             serve_config(&echo, &address, name, CONCURRENCY, &tracing),
         )?;
-        // A serve that stops (a config an older build refuses, say) is an
-        // error that shows what it said, not a wait for a worker.
-        let process = serve_ready(binary.as_ref(), &config)?.map_err(|said| {
-            anyhow::anyhow!(
-                "`{}` serve stopped before it was ready:\n{said}",
-                binary.to_string_lossy()
-            )
-        })?;
-        workers.push(Worker::new(name, process));
+        workers.push(Worker::new(name, serve_or_fail(&binary, &config)?));
     }
     for kind in native::Kind::ALL {
         workers.push(Worker::new(
