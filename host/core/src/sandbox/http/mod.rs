@@ -10,6 +10,7 @@
 
 mod meter;
 mod placeholders;
+mod quiet;
 mod send;
 
 use std::fmt;

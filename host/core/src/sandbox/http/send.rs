@@ -6,6 +6,7 @@
 use std::future::{Future, poll_fn};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -17,6 +18,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
+
+use super::quiet::{Quiet, is_between_bytes};
 
 /// Used where the guest sets no timeout of its own.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -120,7 +123,14 @@ pub(crate) async fn send(
             Err(_) => last = Error::ConnectionTimeout,
         }
     }
-    let tcp = tcp.ok_or(last)?;
+    // The between-bytes timer starts once the response's head is in; the
+    // first-byte timer covers the time before.
+    let body_started = Arc::new(AtomicBool::new(false));
+    let tcp = Quiet::new(
+        tcp.ok_or(last)?,
+        between_bytes_timeout,
+        body_started.clone(),
+    );
     let stream: Box<dyn Stream> = if tls {
         let name = rustls::pki_types::ServerName::try_from(server_name)?;
         let connector = tokio_rustls::TlsConnector::from(tls_config());
@@ -156,9 +166,8 @@ pub(crate) async fn send(
         let response = tokio::time::timeout(first_byte_timeout, sender.send_request(request))
             .await
             .map_err(|_| Error::ConnectionReadTimeout)??;
-        let mut idle = tokio::time::interval(between_bytes_timeout);
-        idle.reset();
-        Ok::<_, Error>(response.map(|incoming| Timed { incoming, idle }.boxed_unsync()))
+        body_started.store(true, Ordering::Release);
+        Ok::<_, Error>(response.map(|incoming| ResponseBody { incoming }.boxed_unsync()))
     };
     let mut sending = pin!(sending);
     let mut conn = Some(conn);
@@ -197,14 +206,13 @@ pub(crate) async fn send(
     Ok((response, worker))
 }
 
-/// A response body that fails when the server goes quiet for longer than
-/// the guest's between-bytes timeout.
-struct Timed {
+/// A response body with hyper's errors turned into the guest's: a quiet
+/// server ([`Quiet`]) as `connection-read-timeout`.
+struct ResponseBody {
     incoming: Incoming,
-    idle: tokio::time::Interval,
 }
 
-impl Body for Timed {
+impl Body for ResponseBody {
     type Data = bytes::Bytes;
     type Error = Error;
 
@@ -212,21 +220,13 @@ impl Body for Timed {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Error>>> {
-        match Pin::new(&mut self.incoming).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                self.idle.reset();
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(e))) if e.is_timeout() => {
-                Poll::Ready(Some(Err(Error::HttpResponseTimeout)))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Error::from(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => {
-                ready!(self.idle.poll_tick(cx));
-                Poll::Ready(Some(Err(Error::ConnectionReadTimeout)))
-            }
-        }
+        Poll::Ready(match ready!(Pin::new(&mut self.incoming).poll_frame(cx)) {
+            Some(Ok(frame)) => Some(Ok(frame)),
+            Some(Err(e)) if is_between_bytes(&e) => Some(Err(Error::ConnectionReadTimeout)),
+            Some(Err(e)) if e.is_timeout() => Some(Err(Error::HttpResponseTimeout)),
+            Some(Err(e)) => Some(Err(Error::from(e))),
+            None => None,
+        })
     }
 
     fn is_end_stream(&self) -> bool {
@@ -314,6 +314,134 @@ mod tests {
             response.status()
         });
         assert_eq!(status, 200);
+        server.join().unwrap();
+    }
+
+    /// A server for one request: it answers `head` once the request is in,
+    /// then `rest` once `go` says so, and tells `answered`; then it holds
+    /// the connection open until the client lets it go.
+    fn serving(
+        head: &'static [u8],
+        rest: &'static [u8],
+    ) -> (
+        SocketAddr,
+        std::sync::mpsc::Sender<()>,
+        std::sync::mpsc::Receiver<()>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        let (answered, answered_rx) = std::sync::mpsc::channel();
+        let server = std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut request = Vec::new();
+            let mut byte = [0u8; 1];
+            while !request.ends_with(b"\r\n\r\n") {
+                socket.read_exact(&mut byte).unwrap();
+                request.push(byte[0]);
+            }
+            socket.write_all(head).unwrap();
+            let _ = go_rx.recv();
+            socket.write_all(rest).unwrap();
+            let _ = answered.send(());
+            while socket.read(&mut byte).is_ok_and(|n| n > 0) {}
+        });
+        (address, go, answered_rx, server)
+    }
+
+    fn get(address: SocketAddr) -> Request<WasiBody> {
+        let body = http_body_util::Empty::new()
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        Request::builder()
+            .uri(format!("http://{address}/"))
+            .body(body)
+            .unwrap()
+    }
+
+    fn between_bytes(timeout: Duration) -> Option<RequestOptions> {
+        Some(RequestOptions {
+            connect_timeout: None,
+            first_byte_timeout: None,
+            between_bytes_timeout: Some(timeout),
+        })
+    }
+
+    /// A body's bytes that the server sent in time are the guest's when the
+    /// connection's task (the guests' runtime, on a busy host) gets a thread
+    /// only after the between-bytes timer ran out: the timer is looked at
+    /// where the socket is read, after the read, not beside the guest's
+    /// reader, which saw nothing only because the connection had not run.
+    #[test]
+    fn body_bytes_sent_in_time_beat_the_timer_while_the_connection_waits_for_a_thread() {
+        let (address, go, answered, server) =
+            serving(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", b"ok");
+        let timeout = Duration::from_millis(300);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let connections = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (response, worker) = runtime
+            .block_on(send(get(address), between_bytes(timeout), vec![address]))
+            .expect("the head came");
+        // The connections' only thread is held from before the server sends
+        // the body until well past the timer.
+        let (held, held_rx) = std::sync::mpsc::channel();
+        connections.spawn(async move {
+            held.send(()).unwrap();
+            let _ = answered.recv();
+            std::thread::sleep(timeout * 3);
+        });
+        held_rx.recv().unwrap();
+        connections.spawn(Box::into_pin(worker));
+        go.send(()).unwrap();
+        let body = runtime
+            .block_on(response.into_body().collect())
+            .expect("the body came in time")
+            .to_bytes();
+        assert_eq!(&body[..], b"ok");
+        // Its tasks (the connection) end with it, and so the server's wait.
+        drop(connections);
+        server.join().unwrap();
+    }
+
+    /// A server that goes quiet in the middle of a body fails the guest's
+    /// read with `connection-read-timeout` after the between-bytes timeout.
+    #[test]
+    fn a_body_that_stops_fails_with_a_read_timeout() {
+        let (address, go, _answered, server) =
+            serving(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nok", b"");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let ended = runtime.block_on(async move {
+            let (response, worker) = send(
+                get(address),
+                between_bytes(Duration::from_millis(100)),
+                vec![address],
+            )
+            .await
+            .expect("the head came");
+            tokio::spawn(Box::into_pin(worker));
+            let body = response.into_body().collect();
+            tokio::time::timeout(Duration::from_secs(10), body)
+                .await
+                .map(|ended| ended.map(|b| b.to_bytes()))
+        });
+        assert!(
+            matches!(ended, Ok(Err(Error::ConnectionReadTimeout))),
+            "the body (an outer error: no timeout within 10 s): {ended:?}"
+        );
+        // The connection's task goes with its runtime, and so the server's wait.
+        drop(runtime);
+        drop(go);
         server.join().unwrap();
     }
 }
