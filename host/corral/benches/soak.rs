@@ -2,7 +2,8 @@
 //! `corral serve`, from three tenants on one dev server
 //! (`cargo bench -p corral --bench soak`; needs the `temporal` CLI and
 //! `examples/build.sh`). `CORRAL_SOAK_TOTAL` scales the run;
-//! `CORRAL_BENCH_BIN` runs another corral build (an older commit) instead.
+//! `CORRAL_BENCH_BIN` runs another corral build (an older commit) instead;
+//! `CORRAL_SOAK_EVIL_CPU_MAX` caps the hostile tenant's cores (`cpu_max`).
 //!
 //! Tenants `good-a` (echo) and `good-b` (greeter) behave; tenant `evil`
 //! runs a mix of hostile guests (spinning and host-call loops past their
@@ -278,6 +279,7 @@ struct Cores {
     at: Instant,
     server: Duration,
     corral: Duration,
+    client: Duration,
 }
 
 impl Cores {
@@ -286,6 +288,7 @@ impl Cores {
             at: Instant::now(),
             server: common::cpu_time(server)?,
             corral: common::cpu_time(corral)?,
+            client: common::cpu_time(std::process::id())?,
         })
     }
 
@@ -293,9 +296,10 @@ impl Cores {
     fn since(&self, before: &Cores) -> String {
         let wall = self.at.duration_since(before.at).as_secs_f64().max(1e-9);
         format!(
-            "engine's server {:.2}, corral {:.2}",
+            "engine's server {:.2}, corral {:.2}, this bench's client {:.2}",
             (self.server - before.server).as_secs_f64() / wall,
-            (self.corral - before.corral).as_secs_f64() / wall
+            (self.corral - before.corral).as_secs_f64() / wall,
+            (self.client - before.client).as_secs_f64() / wall
         )
     }
 }
@@ -319,6 +323,7 @@ fn config(
     dist: &std::path::Path,
     hostile: &std::path::Path,
     metrics: u16,
+    evil_cpu_max: Option<f64>,
 ) -> String {
     let file = |name: &str| {
         format!(
@@ -342,8 +347,12 @@ fn config(
             ],
         ),
     ] {
+        let cap = match (evil_cpu_max, tenant) {
+            (Some(cap), "evil") => format!("cpu_max = {cap}\n"),
+            _ => String::new(),
+        };
         text.push_str(&format!(
-            "\n[[tenant]]\nname = \"{tenant}\"\n\
+            "\n[[tenant]]\nname = \"{tenant}\"\n{cap}\
              temporal = {{ address = \"http://{address}\", task_queue = \"{tenant}\" }}\n\
              limits = {{ {limits} }}\ncomponents = [{}]\n",
             components.join(", ")
@@ -374,7 +383,19 @@ async fn soak() -> Result<()> {
     let client = Arc::new(connect(&address).await?);
     let config_path = dir.join("corral.toml");
     let metrics = corral::dev_server::free_loopback_port()?;
-    std::fs::write(&config_path, config(&address, &dist, &hostile, metrics))?;
+    // CORRAL_SOAK_EVIL_CPU_MAX: a cap on the hostile tenant's cores, to
+    // tell what its guests' CPU costs the good tenants from what its
+    // activities cost the engine.
+    let evil_cpu_max = match std::env::var("CORRAL_SOAK_EVIL_CPU_MAX") {
+        Ok(cap) => Some(cap.parse::<f64>().map_err(|e| {
+            anyhow::anyhow!("CORRAL_SOAK_EVIL_CPU_MAX {cap:?} is not a number of cores: {e}")
+        })?),
+        Err(_) => None,
+    };
+    std::fs::write(
+        &config_path,
+        config(&address, &dist, &hostile, metrics, evil_cpu_max),
+    )?;
     // CORRAL_BENCH_BIN: another build (an older commit) under the same load.
     let binary = std::env::var_os("CORRAL_BENCH_BIN")
         .unwrap_or_else(|| std::ffi::OsString::from(env!("CARGO_BIN_EXE_corral")));
