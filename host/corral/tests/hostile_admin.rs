@@ -134,6 +134,11 @@ fn read_frame(stream: &mut TcpStream) -> std::io::Result<(u8, u8, u32, Vec<u8>)>
 /// gRPC content type: indexed `:method POST` and `:scheme http`, literals
 /// for the rest.
 fn status_call_headers() -> Vec<u8> {
+    call_headers("/corral.v1.Admin/Status", None)
+}
+
+/// The same for the method at `path`, with `token` as a bearer if given.
+fn call_headers(path: &str, token: Option<&str>) -> Vec<u8> {
     let mut block = vec![0x83, 0x86];
     let mut literal = |name_index: u8, name: &str, value: &str| {
         block.push(name_index);
@@ -144,13 +149,17 @@ fn status_call_headers() -> Vec<u8> {
         block.push(u8::try_from(value.len()).unwrap());
         block.extend_from_slice(value.as_bytes());
     };
-    literal(0x04, "", "/corral.v1.Admin/Status");
+    literal(0x04, "", path);
     literal(0x01, "", "127.0.0.1");
     literal(0, "content-type", "application/grpc");
     literal(0, "te", "trailers");
+    if let Some(token) = token {
+        literal(0, "authorization", &format!("Bearer {token}"));
+    }
     block
 }
 
+const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
@@ -210,4 +219,73 @@ fn calls_over_the_per_connection_cap_are_refused_and_the_host_serves_on() {
     drop(conn);
     let out = host.cli(&host.tokens[0].token, &["status", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
+}
+
+/// A tenant's call that never ends (an upload whose stream it holds open,
+/// answering the host's keepalives as a real client does) does not hold
+/// corral past its stop: once every task is reported, the endpoints' last
+/// calls get a few seconds and are then closed, and corral exits 0.
+#[test]
+fn a_call_held_open_does_not_hold_the_host_past_its_stop() {
+    let host = Host::new("");
+    let mut corral = host.serve(["", ""]);
+    let mut conn = TcpStream::connect(("127.0.0.1", host.admin())).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    conn.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    conn.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
+    conn.write_all(&frame(SETTINGS, ACK, 0, &[])).unwrap();
+    let upload = call_headers("/corral.v1.Admin/Upload", Some(&host.tokens[0].token));
+    conn.write_all(&frame(HEADERS, END_HEADERS, 1, &upload))
+        .unwrap();
+    // The start of a gRPC message (its 5-byte prefix, promising more), and
+    // a PING: its answer says the host has read the call.
+    conn.write_all(&frame(DATA, 0, 1, &[0, 0, 0, 0, 64]))
+        .unwrap();
+    conn.write_all(&frame(PING, 0, 0, b"uploads!")).unwrap();
+    // Until the host closes the connection: keepalives answered, and
+    // anything on the call (an answer would mean it was refused, not held).
+    let (pinged, pinged_rx) = std::sync::mpsc::channel();
+    let client = std::thread::spawn(move || {
+        let mut on_the_call = Vec::new();
+        while let Ok((kind, flags, id, payload)) = read_frame(&mut conn) {
+            if kind == PING && flags & ACK != 0 {
+                let _ = pinged.send(());
+            } else if kind == PING {
+                let _ = conn.write_all(&frame(PING, ACK, 0, &payload));
+            } else if id == 1 && kind != DATA {
+                on_the_call.push(kind);
+            }
+        }
+        on_the_call
+    });
+    pinged_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the host answers a PING");
+    let pid = corral.pid();
+    let stopping = Instant::now();
+    let code = corral.terminate(Duration::from_secs(60));
+    let took = stopping.elapsed();
+    // Gone, so that the client's reads end, whatever the stop did.
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
+    let on_the_call = client.join().unwrap();
+    assert_eq!(
+        on_the_call,
+        Vec::<u8>::new(),
+        "the host answered the call: it was not held open"
+    );
+    assert_eq!(
+        code,
+        Some(0),
+        "corral did not exit 0 within 60 s of SIGTERM"
+    );
+    // The drain of an idle host, the endpoints' few seconds, and a loaded
+    // machine's slack.
+    assert!(
+        took < Duration::from_secs(5) + SLACK,
+        "corral took {took:?} to stop"
+    );
 }

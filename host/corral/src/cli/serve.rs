@@ -27,6 +27,11 @@ use super::{
 };
 use corral::telemetry::Telemetry;
 
+/// How long the admin API's and `/metrics`' calls still open after the
+/// drain get before they are closed: a client holding a call open (an
+/// upload it never finishes) must not hold the host past its stop.
+const ENDPOINTS_CLOSE: Duration = Duration::from_secs(5);
+
 /// How long the start waits for every followed tag's first check.
 const FIRST_FOLLOW_CHECKS: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -405,8 +410,17 @@ pub async fn run(
     // goes.
     catalog.samples().flush();
     endpoints.cancel();
-    for listener in listeners {
-        let _ = listener.await;
+    let closing = tokio::time::Instant::now() + ENDPOINTS_CLOSE;
+    for mut listener in listeners {
+        if tokio::time::timeout_at(closing, &mut listener)
+            .await
+            .is_err()
+        {
+            listener.abort();
+            tracing::warn!(
+                "calls still open on the admin API or /metrics {ENDPOINTS_CLOSE:?} after the drain were closed"
+            );
+        }
     }
     announce(
         json,
