@@ -10,19 +10,24 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// The connection's socket, failing a read when the server has been quiet
-/// for longer than the guest's between-bytes timeout once the response's
-/// body has begun. The timer lives in the connection's task, where the
-/// socket is read, and is looked at only after a read found nothing: bytes
-/// that reached the socket in time are read first, however late that task
-/// is next polled (a busy host), where a timer beside the guest's reader
-/// could fire before the connection's task had read them.
+/// The connection's socket, failing a read when the connection has been
+/// quiet for longer than the guest's between-bytes timeout once the
+/// response's head is in. The timer lives in the connection's task, where
+/// the socket is read, and is looked at only after a read found nothing:
+/// bytes that reached the socket in time are read first, however late that
+/// task is next polled (a busy host), where a timer beside the guest's
+/// reader could fire before the connection's task had read them.
+///
+/// Quiet means no bytes either way: bytes on the wire count, the body's
+/// framing and TLS records included, and so do the guest's own request
+/// bytes, which a server that answers early may be waiting for.
 pub(crate) struct Quiet<S> {
     inner: S,
     timeout: Duration,
     /// Set once the response's head is in.
     watching: Arc<AtomicBool>,
-    /// Armed by the first read that found nothing since the last bytes.
+    /// Armed by the first read that found nothing since the last bytes
+    /// either way.
     quiet_since: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
@@ -39,6 +44,15 @@ impl<S> Quiet<S> {
             timeout,
             watching,
             quiet_since: None,
+        }
+    }
+}
+
+impl<S> Quiet<S> {
+    /// Bytes sent are not quiet.
+    fn wrote(&mut self, written: &std::io::Result<usize>) {
+        if written.as_ref().is_ok_and(|&n| n > 0) {
+            self.quiet_since = None;
         }
     }
 }
@@ -80,7 +94,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Quiet<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let written = ready!(Pin::new(&mut self.inner).poll_write(cx, buf));
+        self.wrote(&written);
+        Poll::Ready(written)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -96,7 +112,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Quiet<S> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let written = ready!(Pin::new(&mut self.inner).poll_write_vectored(cx, bufs));
+        self.wrote(&written);
+        Poll::Ready(written)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -173,6 +191,42 @@ mod tests {
             assert_eq!(&buf[..n], b"ok");
             let quiet_error = quiet.read(&mut buf).await.unwrap_err();
             assert!(is_between_bytes(&quiet_error), "{quiet_error:?}");
+        });
+    }
+
+    /// A request still going out (to a server that answered early and
+    /// waits for the rest) is not a quiet connection; once it stops, the
+    /// timer runs.
+    #[test]
+    fn bytes_sent_keep_the_timer_off_and_it_runs_once_they_stop() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let timeout = Duration::from_millis(100);
+            let (mut quiet, _server) = pair(true, timeout).await;
+            let poll_read = |quiet: &mut Quiet<tokio::net::TcpStream>| {
+                let mut buf = [0u8; 8];
+                let mut read = ReadBuf::new(&mut buf);
+                let waker = std::task::Waker::noop();
+                let polled = Pin::new(quiet).poll_read(&mut Context::from_waker(waker), &mut read);
+                polled.map(|r| r.map(|()| read.filled().len()))
+            };
+            assert!(poll_read(&mut quiet).is_pending());
+            for _ in 0..10 {
+                tokio::time::advance(timeout / 2).await;
+                let written = std::future::poll_fn(|cx| Pin::new(&mut quiet).poll_write(cx, b"x"))
+                    .await
+                    .unwrap();
+                assert_eq!(written, 1);
+                let read = poll_read(&mut quiet);
+                assert!(read.is_pending(), "quiet while sending: {read:?}");
+            }
+            let mut buf = [0u8; 8];
+            let error = quiet.read(&mut buf).await.unwrap_err();
+            assert!(is_between_bytes(&error), "{error:?}");
         });
     }
 

@@ -411,12 +411,17 @@ mod tests {
         server.join().unwrap();
     }
 
-    /// A server that goes quiet in the middle of a body fails the guest's
-    /// read with `connection-read-timeout` after the between-bytes timeout.
+    /// A server that goes quiet after the head or in the middle of a body
+    /// fails the guest's read with `connection-read-timeout` after the
+    /// between-bytes timeout.
     #[test]
     fn a_body_that_stops_fails_with_a_read_timeout() {
-        let (address, go, _answered, server) =
-            serving(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nok", b"");
+        a_body_that_stops_after(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n");
+        a_body_that_stops_after(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nok");
+    }
+
+    fn a_body_that_stops_after(sent: &'static [u8]) {
+        let (address, go, _answered, server) = serving(sent, b"");
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -437,7 +442,8 @@ mod tests {
         });
         assert!(
             matches!(ended, Ok(Err(Error::ConnectionReadTimeout))),
-            "the body (an outer error: no timeout within 10 s): {ended:?}"
+            "after {:?}, the body (an outer error: no timeout within 10 s): {ended:?}",
+            String::from_utf8_lossy(sent)
         );
         // The connection's task goes with its runtime, and so the server's wait.
         drop(runtime);
