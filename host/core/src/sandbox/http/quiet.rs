@@ -160,30 +160,43 @@ mod tests {
         )
     }
 
+    /// Runs `test` on a runtime of its own, its clock paused if `paused`
+    /// (time then moves only when every task waits).
+    fn on_a_runtime(paused: bool, test: impl Future<Output = ()>) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(paused)
+            .build()
+            .unwrap()
+            .block_on(test);
+    }
+
+    /// One read, at once: what it read, or `Pending` (the timer then armed
+    /// if it was not).
+    fn read_now(quiet: &mut Quiet<tokio::net::TcpStream>) -> Poll<std::io::Result<usize>> {
+        let mut buf = [0u8; 8];
+        let mut read = ReadBuf::new(&mut buf);
+        let waker = std::task::Waker::noop();
+        let polled = Pin::new(quiet).poll_read(&mut Context::from_waker(waker), &mut read);
+        polled.map(|r| r.map(|()| read.filled().len()))
+    }
+
     /// Bytes that reached the socket before the timer ran out are read, even
     /// when the reader is next polled only after it ran out (a busy host):
     /// the socket is read before the timer is looked at. After them the
     /// timer starts again, and a server quiet for longer fails the read.
     #[test]
     fn bytes_in_the_socket_beat_a_timer_that_ran_out_meanwhile_and_quiet_fails() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        on_a_runtime(false, async {
             let timeout = Duration::from_millis(200);
             let (mut quiet, mut server) = pair(true, timeout).await;
-            let mut buf = [0u8; 8];
-            let mut read = ReadBuf::new(&mut buf);
             // A read that finds nothing starts the timer.
-            let first = std::future::poll_fn(|cx| {
-                Poll::Ready(Pin::new(&mut quiet).poll_read(cx, &mut read))
-            })
-            .await;
+            let first = read_now(&mut quiet);
             assert!(first.is_pending(), "nothing was sent yet: {first:?}");
             server.write_all(b"ok").unwrap();
             // The thread is held past the timer with the bytes in the socket.
             std::thread::sleep(timeout * 2);
+            let mut buf = [0u8; 8];
             let n = quiet
                 .read(&mut buf)
                 .await
@@ -199,29 +212,17 @@ mod tests {
     /// timer runs.
     #[test]
     fn bytes_sent_keep_the_timer_off_and_it_runs_once_they_stop() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        on_a_runtime(true, async {
             let timeout = Duration::from_millis(100);
             let (mut quiet, _server) = pair(true, timeout).await;
-            let poll_read = |quiet: &mut Quiet<tokio::net::TcpStream>| {
-                let mut buf = [0u8; 8];
-                let mut read = ReadBuf::new(&mut buf);
-                let waker = std::task::Waker::noop();
-                let polled = Pin::new(quiet).poll_read(&mut Context::from_waker(waker), &mut read);
-                polled.map(|r| r.map(|()| read.filled().len()))
-            };
-            assert!(poll_read(&mut quiet).is_pending());
+            assert!(read_now(&mut quiet).is_pending());
             for _ in 0..10 {
                 tokio::time::advance(timeout / 2).await;
                 let written = std::future::poll_fn(|cx| Pin::new(&mut quiet).poll_write(cx, b"x"))
                     .await
                     .unwrap();
                 assert_eq!(written, 1);
-                let read = poll_read(&mut quiet);
+                let read = read_now(&mut quiet);
                 assert!(read.is_pending(), "quiet while sending: {read:?}");
             }
             let mut buf = [0u8; 8];
@@ -234,12 +235,7 @@ mod tests {
     /// that counts: a read waits however long the server takes.
     #[test]
     fn the_timer_is_off_until_the_body_begins() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        on_a_runtime(true, async {
             let timeout = Duration::from_millis(10);
             let (mut quiet, _server) = pair(false, timeout).await;
             let mut buf = [0u8; 8];
