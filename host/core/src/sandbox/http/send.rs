@@ -246,91 +246,22 @@ mod tests {
 
     use super::*;
 
-    /// A response that reached the socket in time is not lost to the
-    /// first-byte timer when the task is next polled only after that timer
-    /// has run out (a host too busy to poll it).
-    #[test]
-    fn a_response_in_the_socket_beats_a_first_byte_timer_that_ran_out_meanwhile() {
+    /// A server for one request, on a thread of its own: once the request
+    /// is in it tells `received` and sends `head`, then `rest` once `go`
+    /// says so, and tells `answered`; then it holds the connection open
+    /// until the client lets it go.
+    struct Serving {
+        address: SocketAddr,
+        received: tokio::sync::oneshot::Receiver<()>,
+        go: std::sync::mpsc::Sender<()>,
+        answered: std::sync::mpsc::Receiver<()>,
+        server: std::thread::JoinHandle<()>,
+    }
+
+    fn serving(head: &'static [u8], rest: &'static [u8]) -> Serving {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
         let (received, received_rx) = tokio::sync::oneshot::channel();
-        let (go, go_rx) = std::sync::mpsc::channel::<()>();
-        let (answered, answered_rx) = std::sync::mpsc::channel();
-        let server = std::thread::spawn(move || {
-            let (mut socket, _) = listener.accept().unwrap();
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                socket.read_exact(&mut byte).unwrap();
-                head.push(byte[0]);
-            }
-            let _ = received.send(());
-            let _ = go_rx.recv();
-            socket
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                .unwrap();
-            let _ = answered.send(());
-            // Held open until the client is done.
-            let _ = socket.read(&mut byte);
-        });
-        // Long enough that the request's way to the server cannot outlast
-        // it, even on a slow machine.
-        let first_byte_timeout = Duration::from_secs(1);
-        let options = RequestOptions {
-            connect_timeout: None,
-            first_byte_timeout: Some(first_byte_timeout),
-            between_bytes_timeout: None,
-        };
-        let body = http_body_util::Empty::new()
-            .map_err(|never| match never {})
-            .boxed_unsync();
-        let request = Request::builder()
-            .uri(format!("http://{address}/"))
-            .body(body)
-            .unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let status = runtime.block_on(async move {
-            let mut sending = pin!(send(request, Some(options), vec![address]));
-            tokio::select! {
-                biased;
-                done = &mut sending => panic!(
-                    "done before the server had the request: {:?}",
-                    done.map(|(r, _)| r.status())
-                ),
-                _ = received_rx => {}
-            }
-            // The server answers while another task holds the thread past
-            // the first-byte timer: when the runtime next turns, the timer
-            // has fired and the socket is readable, as on a busy host.
-            go.send(()).unwrap();
-            tokio::spawn(async move {
-                answered_rx.recv().unwrap();
-                std::thread::sleep(first_byte_timeout * 2);
-            });
-            let (response, _worker) = sending.await.expect("the response came in time");
-            response.status()
-        });
-        assert_eq!(status, 200);
-        server.join().unwrap();
-    }
-
-    /// A server for one request: it answers `head` once the request is in,
-    /// then `rest` once `go` says so, and tells `answered`; then it holds
-    /// the connection open until the client lets it go.
-    fn serving(
-        head: &'static [u8],
-        rest: &'static [u8],
-    ) -> (
-        SocketAddr,
-        std::sync::mpsc::Sender<()>,
-        std::sync::mpsc::Receiver<()>,
-        std::thread::JoinHandle<()>,
-    ) {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap();
         let (go, go_rx) = std::sync::mpsc::channel::<()>();
         let (answered, answered_rx) = std::sync::mpsc::channel();
         let server = std::thread::spawn(move || {
@@ -341,13 +272,71 @@ mod tests {
                 socket.read_exact(&mut byte).unwrap();
                 request.push(byte[0]);
             }
+            let _ = received.send(());
             socket.write_all(head).unwrap();
             let _ = go_rx.recv();
             socket.write_all(rest).unwrap();
             let _ = answered.send(());
             while socket.read(&mut byte).is_ok_and(|n| n > 0) {}
         });
-        (address, go, answered_rx, server)
+        Serving {
+            address,
+            received: received_rx,
+            go,
+            answered: answered_rx,
+            server,
+        }
+    }
+
+    /// A response that reached the socket in time is not lost to the
+    /// first-byte timer when the task is next polled only after that timer
+    /// has run out (a host too busy to poll it).
+    #[test]
+    fn a_response_in_the_socket_beats_a_first_byte_timer_that_ran_out_meanwhile() {
+        let Serving {
+            address,
+            received,
+            go,
+            answered,
+            server,
+        } = serving(b"", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+        // Long enough that the request's way to the server cannot outlast
+        // it, even on a slow machine.
+        let first_byte_timeout = Duration::from_secs(1);
+        let options = RequestOptions {
+            connect_timeout: None,
+            first_byte_timeout: Some(first_byte_timeout),
+            between_bytes_timeout: None,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let status = runtime.block_on(async move {
+            let mut sending = pin!(send(get(address), Some(options), vec![address]));
+            tokio::select! {
+                biased;
+                done = &mut sending => panic!(
+                    "done before the server had the request: {:?}",
+                    done.map(|(r, _)| r.status())
+                ),
+                _ = received => {}
+            }
+            // The server answers while another task holds the thread past
+            // the first-byte timer: when the runtime next turns, the timer
+            // has fired and the socket is readable, as on a busy host.
+            go.send(()).unwrap();
+            tokio::spawn(async move {
+                answered.recv().unwrap();
+                std::thread::sleep(first_byte_timeout * 2);
+            });
+            let (response, _worker) = sending.await.expect("the response came in time");
+            response.status()
+        });
+        assert_eq!(status, 200);
+        // The connection's task goes with its runtime, and so the server's wait.
+        drop(runtime);
+        server.join().unwrap();
     }
 
     fn get(address: SocketAddr) -> Request<WasiBody> {
@@ -375,8 +364,13 @@ mod tests {
     /// reader, which saw nothing only because the connection had not run.
     #[test]
     fn body_bytes_sent_in_time_beat_the_timer_while_the_connection_waits_for_a_thread() {
-        let (address, go, answered, server) =
-            serving(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", b"ok");
+        let Serving {
+            address,
+            go,
+            answered,
+            server,
+            ..
+        } = serving(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", b"ok");
         let timeout = Duration::from_millis(300);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -421,7 +415,12 @@ mod tests {
     }
 
     fn a_body_that_stops_after(sent: &'static [u8]) {
-        let (address, go, _answered, server) = serving(sent, b"");
+        let Serving {
+            address,
+            go,
+            server,
+            ..
+        } = serving(sent, b"");
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
