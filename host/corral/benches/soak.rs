@@ -19,7 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

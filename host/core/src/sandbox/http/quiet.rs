@@ -46,9 +46,7 @@ impl<S> Quiet<S> {
             quiet_since: None,
         }
     }
-}
 
-impl<S> Quiet<S> {
     /// Bytes sent are not quiet.
     fn wrote(&mut self, written: &std::io::Result<usize>) {
         if written.as_ref().is_ok_and(|&n| n > 0) {

@@ -308,10 +308,7 @@ mod tests {
             first_byte_timeout: Some(first_byte_timeout),
             between_bytes_timeout: None,
         };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let status = runtime.block_on(async move {
             let mut sending = pin!(send(get(address), Some(options), vec![address]));
             tokio::select! {
@@ -337,6 +334,13 @@ mod tests {
         // The connection's task goes with its runtime, and so the server's wait.
         drop(runtime);
         server.join().unwrap();
+    }
+
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
     }
 
     fn get(address: SocketAddr) -> Request<WasiBody> {
@@ -372,10 +376,7 @@ mod tests {
             ..
         } = serving(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", b"ok");
         let timeout = Duration::from_millis(300);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let connections = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -421,10 +422,7 @@ mod tests {
             server,
             ..
         } = serving(sent, b"");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let ended = runtime.block_on(async move {
             let (response, worker) = send(
                 get(address),
