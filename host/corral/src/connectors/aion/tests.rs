@@ -305,10 +305,13 @@ async fn an_unacknowledged_result_is_reported_again_on_the_next_stream() {
             silence_window_ms: 2000,
         }),
         task("t1"),
-        // Over the limit of one: refused, not queued.
+        // Over the limit of one: refused, not queued. `t1` runs for a while
+        // (about half a second) so that it still holds the tenant's permit
+        // when `t2` is read right behind it: a `t1` that ended first gave
+        // its permit back and `t2` ran (seen once in CI, on a loaded host).
         task("t2"),
     ];
-    let served = serve(first, &answer(0), 1, &[]).await;
+    let served = serve(first, &answer(500_000_000), 1, &[]).await;
     let (session, seen) = (served.session.clone(), served.seen.clone());
 
     let reported_again = || {
@@ -345,7 +348,8 @@ async fn an_unacknowledged_result_is_reported_again_on_the_next_stream() {
     assert!(
         frames
             .iter()
-            .any(|(s, f)| *s == 0 && matches!(f, Up::TaskRefused(r) if r.completion_token == "t2"))
+            .any(|(s, f)| *s == 0 && matches!(f, Up::TaskRefused(r) if r.completion_token == "t2")),
+        "{frames:?}"
     );
     let results: Vec<&wire::ActivityResult> = frames
         .iter()
@@ -372,7 +376,7 @@ async fn a_type_at_its_own_limit_is_refused_even_when_pushed_back_to_back() {
     // The tenant could run two, the type one: the second task pushed right
     // behind the first (which runs for a while) is refused at once.
     let first = vec![task_at("t1", 1), task_at("t2", 2)];
-    let served = serve(first, &answer(50_000_000), 2, &[("answer", 1)]).await;
+    let served = serve(first, &answer(500_000_000), 2, &[("answer", 1)]).await;
     served
         .until(|frames| frames.iter().any(|(_, f)| matches!(f, Up::Result(_))))
         .await;
