@@ -1,9 +1,10 @@
 //! Attacks on the compiler: a tenant's upload that would take the host's
 //! memory or time to compile is refused by the limits of the worker process
 //! it compiles in (`host.compile_memory`, `host.compile_timeout`), with the
-//! limit named, and the host serves on. The expensive component is the
-//! Python example: 18 MB of CPython that takes Cranelift about 15 s and
-//! 380 MiB here.
+//! limit named, and the host serves on; a compile under way when the host
+//! stops neither delays its exit nor outlives it. The expensive component
+//! is the Python example: 18 MB of CPython that takes Cranelift about 15 s
+//! and 380 MiB here.
 
 mod common;
 
@@ -78,4 +79,115 @@ fn a_compile_over_its_time_is_stopped_at_its_deadline_and_refused_by_name() {
         "refused after {took:?}, not at its 1 s deadline"
     );
     serves_on(&host);
+}
+
+/// A process's state letter (`R`, `S`, `Z`…), `None` once it is gone.
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's name, which may hold spaces, in parentheses.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// How many compiled artifacts (`*.cwasm`) there are under `dir`.
+fn artifacts(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.file_type().is_ok_and(|t| t.is_dir()) {
+            true => artifacts(&e.path()),
+            false => usize::from(e.path().extension().is_some_and(|x| x == "cwasm")),
+        })
+        .sum()
+}
+
+/// The compile worker (`corral compile-worker`) `parent` runs, if any.
+fn compile_worker_of(parent: u32) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            ppid == Some(parent) && cmdline.split(|b| *b == 0).any(|a| a == b"compile-worker")
+        })
+}
+
+#[test]
+fn a_compile_under_way_neither_holds_the_host_past_its_stop_nor_outlives_it() {
+    // The default compile_timeout (2 minutes): the compile outlasts the
+    // stop by far.
+    let host = Host::new("");
+    let mut corral = host.serve(["", ""]);
+    let pid = corral.pid();
+    let deploy = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["deploy", &path(&example("python-shout"))])
+        .env(
+            "CORRAL_ENDPOINT",
+            format!("http://127.0.0.1:{}", host.admin()),
+        )
+        .env("CORRAL_TOKEN", &host.tokens[0].token)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let worker = loop {
+        if let Some(worker) = compile_worker_of(pid) {
+            break worker;
+        }
+        assert!(Instant::now() < deadline, "no compile worker started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let compiled = artifacts(host.data.path());
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    // Drained (nothing ran), and the upload's call given its 5 s.
+    corral.await_logged("every accepted task was reported", 1);
+    let stopped = Instant::now();
+    let running = |pid| matches!(state(pid), Some(s) if s != 'Z');
+    assert!(
+        running(worker),
+        "the compile ended before the stop: this test needs one that outlasts it"
+    );
+    // Its own exit, seen in /proc (its watchdog shell notices it later).
+    while running(pid) && stopped.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (took, exited) = (stopped.elapsed(), Instant::now());
+    eprintln!("corral exited {took:?} after it said it stopped");
+    assert_eq!(
+        corral.terminate(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        corral.stderr()
+    );
+    // Not after the compile: exiting waited for it, up to its timeout (and
+    // then cached its artifact). It waits 1 s for what is left.
+    assert!(
+        took < Duration::from_secs(4),
+        "corral exited {took:?} after it said it stopped"
+    );
+    assert_eq!(
+        artifacts(host.data.path()),
+        compiled,
+        "the compile went on to its end after the stop"
+    );
+    // The worker is killed with the host, not left compiling on.
+    while running(worker) {
+        assert!(
+            exited.elapsed() < Duration::from_secs(1),
+            "the compile worker outlived corral by 1 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The upload was cut off, not stored, and its client says so.
+    let out = deploy.wait_with_output().unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(!out.stderr.is_empty(), "{}", text(&out));
 }

@@ -91,10 +91,21 @@ pub(crate) fn compile_in_worker(
         .stderr(Stdio::piped())
         // Only the worker's own message, never the host's log settings.
         .env_remove("RUST_LOG");
-    // SAFETY: between fork and exec the closure calls only setrlimit, which
-    // is async-signal-safe, and allocates nothing.
+    let host = std::process::id();
+    // SAFETY: between fork and exec the closure calls only setrlimit, prctl
+    // and getppid, which are async-signal-safe, and allocates nothing.
     unsafe {
         command.pre_exec(move || {
+            // The worker dies with the thread that waits for it, so with
+            // the host: a host that exits mid-compile (its stop does not
+            // wait for one) leaves no worker compiling on. A host already
+            // gone before this line is the parent no more.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if u32::try_from(libc::getppid()).ok() != Some(host) {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
             let cap = |resource, value: u64| {
                 let limit = libc::rlimit {
                     rlim_cur: value,

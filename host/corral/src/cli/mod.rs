@@ -138,6 +138,9 @@ struct RegistryArgs {
 /// The largest component a command pulls.
 const MAX_PULL: u64 = 256 << 20;
 
+/// How long a command's exit waits for work left on the runtime's threads.
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl RegistryArgs {
     fn registries(&self) -> corral::oci::Registries {
         corral::oci::Registries::from_env(self.insecure.clone(), MAX_PULL)
@@ -294,7 +297,7 @@ pub fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return usage_error(format!("cannot start the async runtime: {e}")),
     };
-    runtime.block_on(async {
+    let code = runtime.block_on(async {
         match cli.command {
             Command::Inspect(args) => inspect::inspect(args).await,
             Command::Diff(args) => diff::diff(args).await,
@@ -316,7 +319,14 @@ pub fn main() -> ExitCode {
             // Run before the runtime starts, above.
             Command::CompileWorker(_) => ExitCode::SUCCESS,
         }
-    })
+    });
+    // Everything a command does is done by now. What may be left on the
+    // runtime's blocking threads is a compile the stop cut off (an upload
+    // whose call ended with `serve`): dropping the runtime would wait for
+    // it, up to `host.compile_timeout`, after "stopped". Its worker process
+    // dies with this one (`compile_in_worker`).
+    runtime.shutdown_timeout(EXIT_WAIT);
+    code
 }
 
 #[cfg(test)]
