@@ -355,7 +355,8 @@ async fn an_exhausted_instance_pool_is_a_retryable_host_failure() {
     // slots), rather than waiting for a slot.
     let host = host().max_instances(1).max_concurrent(2).build().unwrap();
     let m = misbehave(&host);
-    let mut sleep = m.call("demo:misbehave/api.sleep").arg(json!(1500));
+    // (Five seconds: the second task must find it held on a loaded machine.)
+    let mut sleep = m.call("demo:misbehave/api.sleep").arg(json!(5000));
     let holding = sleep.started();
     let sleeper = tokio::spawn(sleep.run());
     // The sleeper holds the only instance.

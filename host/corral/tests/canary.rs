@@ -56,8 +56,10 @@ fn a_canary_takes_its_share_of_the_tasks_and_is_promoted_on_schedule() {
         &path(&example("v2/versioned")),
         "--canary",
         "50/3s",
+        // Three, so that its two tasks below hold it as a canary however
+        // long they take: past its step's 3 s it is promoted at its third.
         "--canary-min-tasks",
-        "2",
+        "3",
         "--json",
     ]);
     assert_eq!(v2["active"], false, "{v2}");
@@ -94,7 +96,12 @@ fn a_canary_takes_its_share_of_the_tasks_and_is_promoted_on_schedule() {
         "{scrape}"
     );
 
-    // Its one step has run its time: the candidate serves every task.
+    // Its third task, after its one step has run its time: the candidate
+    // serves every task.
+    assert_eq!(
+        tally(&answers(&host, 2)),
+        BTreeMap::from([("v1", 1), ("v2", 1)])
+    );
     corral.await_logged("canary promoted", 1);
     assert_eq!(tally(&answers(&host, 3)), BTreeMap::from([("v2", 3)]));
     let listed = host.alpha(&["ls", "--json"]);
@@ -129,8 +136,11 @@ fn a_canary_that_fails_more_is_rolled_back_by_itself_and_nothing_in_flight_is_lo
         "50/1h",
         "--canary-margin",
         "10",
+        // Three: judged on its two panics below, with or without its long
+        // task, which may end first on a slow machine (with two, it was
+        // judged at its first panic and the second short task ran v1).
         "--canary-min-tasks",
-        "2",
+        "3",
         "--json",
     ]);
     assert_eq!(v3["canary_percent"], 50, "{v3}");

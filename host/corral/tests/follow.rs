@@ -23,10 +23,11 @@ fn a_host_follows_a_tag_forward_past_a_bad_push_and_back() {
         registry.host()
     ));
     let serving = host.serve([&format!("follow = [{stable:?}]"), ""]);
-    // Checked before the host said it was ready.
-    assert_eq!(host.run(0, HOLD, &["0"])["result"], "v1");
+    // Checked before the host says it is ready, for up to 10 s: a slower
+    // first pull and compile is waited for by its own line.
     let activated = format!("following {stable}: activated");
     serving.await_logged(&activated, 1);
+    assert_eq!(host.run(0, HOLD, &["0"])["result"], "v1");
 
     registry.push(&example("v2/versioned"), &stable);
     serving.await_logged(&activated, 2);

@@ -81,8 +81,9 @@ capabilities = {{ http_hosts = [{{ host = "127.0.0.1:{pay}", methods = ["POST"],
         .find(|s| s["name"] == "StartActivity:demo:fetch/payments.charge")
         .unwrap_or_else(|| panic!("no StartActivity span: {sdk:#?}"));
 
-    // corral's, as exported (they come in batches: wait for the request's).
-    let spans = receiver.await_span(|s| s.name == "http");
+    // corral's, as exported (they come in batches: wait for the task's,
+    // which ends last, after its report).
+    let spans = receiver.await_span(|s| s.name == "task");
     let one = |name: &str| -> &Span {
         let named: Vec<&Span> = spans.iter().filter(|s| s.name == name).collect();
         assert_eq!(named.len(), 1, "{name}: {spans:#?}");

@@ -323,8 +323,12 @@ async fn tasks_in_flight_are_heartbeated_at_their_pace_until_they_end() {
     quick.heartbeat_every = Duration::from_millis(50);
     f.send.send(Inbound::Start(quick)).await.unwrap();
     f.wait_for_reports(1).await;
-    f.until("three heartbeats of `s`", || {
-        f.engine.heartbeats_of(b"s").len() >= 3
+    // `a` is heartbeated while it waits for a slot (both are spun on), as
+    // long as a loaded machine makes that: counted from its report on.
+    let quick_beats = f.engine.heartbeats_of(b"a").len();
+    let s_beats = f.engine.heartbeats_of(b"s").len();
+    f.until("three heartbeats of `s` since", || {
+        f.engine.heartbeats_of(b"s").len() >= (s_beats + 3).max(3)
     })
     .await;
 
@@ -338,8 +342,9 @@ async fn tasks_in_flight_are_heartbeated_at_their_pace_until_they_end() {
         f.engine.heartbeats_of(b"w").is_empty(),
         "each at its own pace"
     );
+    // (One may have been under way as it was reported.)
     assert!(
-        f.engine.heartbeats_of(b"a").len() <= 1,
+        f.engine.heartbeats_of(b"a").len() <= quick_beats + 1,
         "a finished task is not heartbeated"
     );
 

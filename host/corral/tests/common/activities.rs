@@ -154,7 +154,7 @@ pub fn outcome(server: &TemporalServer, id: &str) -> Value {
     }))
 }
 
-/// Polls `describe` until `done` holds, for at most `patience`.
+/// Polls `describe` until `done` holds; fails the test after `patience`.
 pub fn wait_for(
     server: &TemporalServer,
     id: &str,
@@ -164,9 +164,13 @@ pub fn wait_for(
     let deadline = Instant::now() + patience;
     loop {
         let info = describe(server, id);
-        if done(&info) || Instant::now() > deadline {
+        if done(&info) {
             return info;
         }
+        assert!(
+            Instant::now() < deadline,
+            "`{id}` not there within {patience:?}: {info}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }

@@ -91,8 +91,10 @@ pub fn recording_server(
         }
         response.push_str("\r\n");
         response.push_str(&text);
-        let _ = stream.write_all(response.as_bytes());
+        // Recorded before it is answered: whoever has the answer can count
+        // on finding the request among those seen.
         let _ = seen.send((head.clone(), String::from_utf8_lossy(&body).into_owned()));
+        let _ = stream.write_all(response.as_bytes());
     });
     (port, arrived)
 }

@@ -273,9 +273,9 @@ async fn serve_script(
 }
 
 impl Served {
-    /// Waits (at most ten seconds) until `done` holds of the frames seen.
+    /// Waits (at most a minute) until `done` holds of the frames seen.
     async fn until(&self, done: impl Fn(&[(usize, Up)]) -> bool) {
-        for _ in 0..200 {
+        for _ in 0..1200 {
             if done(&self.seen.lock().unwrap()) {
                 return;
             }
@@ -320,7 +320,7 @@ async fn an_unacknowledged_result_is_reported_again_on_the_next_stream() {
             .iter()
             .any(|(stream, frame)| *stream == 1 && matches!(frame, Up::Result(_)))
     };
-    for _ in 0..200 {
+    for _ in 0..1200 {
         if reported_again() && session.in_flight_count() == 0 {
             break;
         }
