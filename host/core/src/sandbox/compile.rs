@@ -54,6 +54,52 @@ fn humantime(d: Duration) -> String {
     }
 }
 
+/// A compile worker, killed and reaped if the host gives up on it before
+/// its end (an error, a panic): never left compiling on, nor unreaped.
+struct Worker {
+    child: std::process::Child,
+    reaped: bool,
+}
+
+impl From<std::process::Child> for Worker {
+    fn from(child: std::process::Child) -> Worker {
+        Worker {
+            child,
+            reaped: false,
+        }
+    }
+}
+
+impl std::ops::Deref for Worker {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for Worker {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.child
+    }
+}
+
+impl Worker {
+    fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        let status = self.child.wait()?;
+        self.reaped = true;
+        Ok(status)
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// The worker's exit code for a component the compiler refused.
 const INVALID: i32 = 3;
 /// At most this much of the worker's stderr is read into a message.
@@ -125,9 +171,11 @@ pub(crate) fn compile_in_worker(
             cap(libc::RLIMIT_CORE, 0)
         });
     }
-    let mut child = command
-        .spawn()
-        .map_err(|e| worker_error(&format!("starting `{}`", limits.worker.display()), e))?;
+    let mut child = Worker::from(
+        command
+            .spawn()
+            .map_err(|e| worker_error(&format!("starting `{}`", limits.worker.display()), e))?,
+    );
     let pid = child.id();
 
     // The wall clock: a watcher kills the worker at its deadline unless the
@@ -193,6 +241,10 @@ pub(crate) fn compile_in_worker(
 
 /// `corral compile-worker`: stdin → compiled artifact on stdout.
 pub fn worker_main(max_wasm_stack: usize) -> ExitCode {
+    // Again after exec, which clears it when it changes credentials (a
+    // binary with file capabilities): the worker dies with its host.
+    // SAFETY: prctl sets this process's own parent-death signal.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let mut bytes = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut bytes) {
         eprintln!("reading the component: {e}");

@@ -442,6 +442,34 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     Ok((path, file))
 }
 
+/// Removes the half-written artifacts (`.tmp-<pid>-…`) of compiles whose
+/// host exited mid-way (a host's stop does not wait for a compile). The
+/// cache may be shared by several hosts at once, so only those of a
+/// process no longer running: a live one's are its compiles under way.
+pub(crate) fn remove_abandoned_artifacts(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(".tmp-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+            .filter(|pid| *pid > 0)
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 sends nothing: it only asks whether `pid` exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone && let Err(e) = std::fs::remove_file(entry.path()) {
+            tracing::warn!(path = %entry.path().display(), "could not remove an abandoned artifact: {e}");
+        }
+    }
+}
+
 fn rand_suffix() -> u64 {
     let mut hasher = DefaultHasher::new();
     std::time::SystemTime::now().hash(&mut hasher);
@@ -462,5 +490,27 @@ mod tests {
         assert!(!is_linked("wasi:http/incoming-handler@0.2.0"));
         assert!(!is_linked("wasi:io/streams@0.3.0"));
         assert!(!is_linked("acme:secret/vault@1.0.0"));
+    }
+
+    #[test]
+    fn a_new_host_removes_the_artifacts_only_of_hosts_that_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        // A process that has exited (and been reaped): its pid names no one.
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        exited.wait().unwrap();
+        let gone = dir.path().join(format!(".tmp-{}-1f", exited.id()));
+        let live = dir.path().join(format!(".tmp-{}-2f", std::process::id()));
+        let other = dir.path().join("0123-abcd.cwasm");
+        for file in [&gone, &live, &other] {
+            std::fs::write(file, b"half").unwrap();
+        }
+        let config = super::super::SandboxConfig {
+            cache_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
+        super::super::Sandbox::new(config).unwrap();
+        assert!(!gone.exists(), "an exited host's artifact is removed");
+        assert!(live.exists(), "a running host's compile is left alone");
+        assert!(other.exists());
     }
 }

@@ -124,6 +124,7 @@ impl Sandbox {
         if let Some(dir) = &config.cache_dir {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating the compile cache `{}`", dir.display()))?;
+            super::component::remove_abandoned_artifacts(dir);
         }
         Ok(Arc::new(Sandbox {
             engine,
