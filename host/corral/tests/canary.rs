@@ -136,20 +136,20 @@ fn a_canary_that_fails_more_is_rolled_back_by_itself_and_nothing_in_flight_is_lo
         "50/1h",
         "--canary-margin",
         "10",
-        // Three: judged on its two panics below, with or without its long
-        // task, which may end first on a slow machine (with two, it was
-        // judged at its first panic and the second short task ran v1).
         "--canary-min-tasks",
-        "3",
+        "2",
         "--json",
     ]);
     assert_eq!(v3["canary_percent"], 50, "{v3}");
     assert_eq!(v3["changes"]["changed"], serde_json::json!([]), "{v3}");
 
-    // Two long tasks, one on each side (the split alternates).
+    // Two long tasks, one on each side (the split alternates), still
+    // running when the candidate is judged on its two short tasks. (10 s:
+    // one that ended first, on a slow machine, was judged with the first
+    // panic, and the second short task ran v1.)
     let mut long = Vec::new();
     for _ in 0..2 {
-        let id = start(&host.server, &host.queues[0], HOLD, &["4000"], &[]);
+        let id = start(&host.server, &host.queues[0], HOLD, &["10000"], &[]);
         let running = wait_for(&host.server, &id, Duration::from_secs(20), |i| {
             i.get("lastStartedTime").is_some()
         });

@@ -78,7 +78,7 @@ follow = [{stable:?}]
     expect_line("started");
 
     // Roll forward, with a v1 task in flight across the switch.
-    let long = start(&server, &queue, HOLD, &["3000"], &[]);
+    let long = start(&server, &queue, HOLD, &["6000"], &[]);
     wait_for(&server, &long, Duration::from_secs(30), |i| {
         i["runState"] == "PENDING_ACTIVITY_STATE_STARTED"
     });

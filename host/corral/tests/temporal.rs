@@ -347,8 +347,10 @@ fn sigterm_lets_running_activities_finish_and_report_then_exits_zero() {
     let queue = unique("q");
     let mut corral = Corral::serve(&config(&server, &queue, LIMITS));
     let ids: Vec<String> = (0..2)
-        .map(|_| start(&server, &queue, "demo:misbehave/api.sleep", &["2000"], &[]))
+        .map(|_| start(&server, &queue, "demo:misbehave/api.sleep", &["4000"], &[]))
         .collect();
+    // Both seen running (4 s: long enough to be seen one after the other,
+    // short enough to end inside the 5 s shutdown_grace).
     for id in &ids {
         wait_for(&server, id, Duration::from_secs(30), |i| {
             i["runState"] == "PENDING_ACTIVITY_STATE_STARTED"
