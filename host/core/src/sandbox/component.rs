@@ -7,6 +7,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, InstancePre};
@@ -445,10 +446,18 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
 /// Removes the half-written artifacts (`.tmp-<pid>-…`) of compiles whose
 /// host exited mid-way (a host's stop does not wait for a compile). The
 /// cache may be shared by several hosts at once, so only those of a
-/// process no longer running: a live one's are its compiles under way.
-pub(crate) fn remove_abandoned_artifacts(dir: &Path) {
+/// process no longer running, and older than any compile may take
+/// (`older_than`): a live host's are its compiles under way, and a host in
+/// another pid namespace (a container sharing the cache) is not seen.
+pub(crate) fn remove_abandoned_artifacts(dir: &Path, older_than: Duration) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
+    };
+    let old = |entry: &std::fs::DirEntry| {
+        entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > older_than))
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -464,7 +473,10 @@ pub(crate) fn remove_abandoned_artifacts(dir: &Path) {
         // SAFETY: signal 0 sends nothing: it only asks whether `pid` exists.
         let gone = unsafe { libc::kill(pid, 0) } != 0
             && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone && let Err(e) = std::fs::remove_file(entry.path()) {
+        if gone
+            && old(&entry)
+            && let Err(e) = std::fs::remove_file(entry.path())
+        {
             tracing::warn!(path = %entry.path().display(), "could not remove an abandoned artifact: {e}");
         }
     }
@@ -499,10 +511,17 @@ mod tests {
         let mut exited = std::process::Command::new("true").spawn().unwrap();
         exited.wait().unwrap();
         let gone = dir.path().join(format!(".tmp-{}-1f", exited.id()));
+        // Of a process this host cannot see (one in another pid namespace)
+        // that may be compiling still.
+        let recent = dir.path().join(format!(".tmp-{}-3f", exited.id()));
         let live = dir.path().join(format!(".tmp-{}-2f", std::process::id()));
         let other = dir.path().join("0123-abcd.cwasm");
-        for file in [&gone, &live, &other] {
-            std::fs::write(file, b"half").unwrap();
+        let long_ago = std::time::SystemTime::now() - Duration::from_secs(3 * 3600);
+        for file in [&gone, &recent, &live, &other] {
+            let written = std::fs::File::create(file).unwrap();
+            if file != &recent {
+                written.set_modified(long_ago).unwrap();
+            }
         }
         let config = super::super::SandboxConfig {
             cache_dir: Some(dir.path().to_path_buf()),
@@ -510,6 +529,7 @@ mod tests {
         };
         super::super::Sandbox::new(config).unwrap();
         assert!(!gone.exists(), "an exited host's artifact is removed");
+        assert!(recent.exists(), "a compile that may be under way is left");
         assert!(live.exists(), "a running host's compile is left alone");
         assert!(other.exists());
     }

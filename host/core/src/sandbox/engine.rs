@@ -4,6 +4,7 @@
 //! interface a guest may import.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use wasmtime::component::{HasSelf, Linker};
@@ -11,6 +12,10 @@ use wasmtime::{Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationCon
 
 use super::config::{SandboxConfig, wasm_config};
 use super::context::{TaskState, add_context_to_linker};
+
+/// How long a compile in the host's own process (no worker, no limit) is
+/// taken to last at most: an artifact being written is younger.
+const IN_PROCESS_COMPILE: Duration = Duration::from_secs(600);
 
 /// The shared engine and linker.
 pub struct Sandbox {
@@ -124,7 +129,12 @@ impl Sandbox {
         if let Some(dir) = &config.cache_dir {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating the compile cache `{}`", dir.display()))?;
-            super::component::remove_abandoned_artifacts(dir);
+            // Older than a compile may take, and its loading after.
+            let longest = config
+                .compile
+                .as_ref()
+                .map_or(IN_PROCESS_COMPILE, |c| c.time);
+            super::component::remove_abandoned_artifacts(dir, longest + Duration::from_secs(60));
         }
         Ok(Arc::new(Sandbox {
             engine,
