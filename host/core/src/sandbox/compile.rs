@@ -100,6 +100,22 @@ impl Drop for Worker {
     }
 }
 
+/// Blocks until child `pid` has exited, leaving it unreaped: its pid stays
+/// its own (a kill cannot reach another process) until it is waited for.
+fn exited_unreaped(pid: libc::id_t) {
+    loop {
+        // SAFETY: waitid writes only the siginfo it is given, which is
+        // plain data that may be all zeroes.
+        let ended = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT)
+        };
+        if ended == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
 /// The worker's exit code for a component the compiler refused.
 const INVALID: i32 = 3;
 /// At most this much of the worker's stderr is read into a message.
@@ -207,9 +223,11 @@ pub(crate) fn compile_in_worker(
         (ComponentBytes::Memory(bytes), Some(mut stdin)) => stdin.write_all(bytes),
         _ => Ok(()),
     };
-    let status = child.wait();
+    // Exited, not yet reaped: the watcher is done before the pid is freed.
+    exited_unreaped(pid);
     let _ = done.send(());
     let killed = watcher.join().unwrap_or(false);
+    let status = child.wait();
     let message = message.join().unwrap_or_default();
     let message = message.trim();
     let status = status.map_err(|e| worker_error("waiting for it", e))?;

@@ -449,6 +449,7 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
 /// process no longer running, and older than any compile may take
 /// (`older_than`): a live host's are its compiles under way, and a host in
 /// another pid namespace (a container sharing the cache) is not seen.
+/// (Another host removing one first is fine.)
 pub(crate) fn remove_abandoned_artifacts(dir: &Path, older_than: Duration) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -476,6 +477,7 @@ pub(crate) fn remove_abandoned_artifacts(dir: &Path, older_than: Duration) {
         if gone
             && old(&entry)
             && let Err(e) = std::fs::remove_file(entry.path())
+            && e.kind() != std::io::ErrorKind::NotFound
         {
             tracing::warn!(path = %entry.path().display(), "could not remove an abandoned artifact: {e}");
         }
@@ -516,7 +518,7 @@ mod tests {
         let recent = dir.path().join(format!(".tmp-{}-3f", exited.id()));
         let live = dir.path().join(format!(".tmp-{}-2f", std::process::id()));
         let other = dir.path().join("0123-abcd.cwasm");
-        let long_ago = std::time::SystemTime::now() - Duration::from_secs(3 * 3600);
+        let long_ago = std::time::SystemTime::now() - Duration::from_secs(48 * 3600);
         for file in [&gone, &recent, &live, &other] {
             let written = std::fs::File::create(file).unwrap();
             if file != &recent {

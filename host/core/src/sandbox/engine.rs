@@ -13,9 +13,11 @@ use wasmtime::{Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationCon
 use super::config::{SandboxConfig, wasm_config};
 use super::context::{TaskState, add_context_to_linker};
 
-/// How long a compile in the host's own process (no worker, no limit) is
-/// taken to last at most: an artifact being written is younger.
-const IN_PROCESS_COMPILE: Duration = Duration::from_secs(600);
+/// How old a compile's half-written artifact of a host that looks gone
+/// must be to be removed: a host in another pid namespace sharing the cache
+/// looks gone, and its compiles may take as long as its own configuration
+/// says, which this host does not know.
+const ABANDONED_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// The shared engine and linker.
 pub struct Sandbox {
@@ -129,12 +131,13 @@ impl Sandbox {
         if let Some(dir) = &config.cache_dir {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating the compile cache `{}`", dir.display()))?;
-            // Older than a compile may take, and its loading after.
-            let longest = config
-                .compile
-                .as_ref()
-                .map_or(IN_PROCESS_COMPILE, |c| c.time);
-            super::component::remove_abandoned_artifacts(dir, longest + Duration::from_secs(60));
+            // Abandoned artifacts go once a day old, or older than this
+            // host's own compiles may take if that is longer.
+            let own = config.compile.as_ref().map_or(Duration::ZERO, |c| c.time);
+            let age = own
+                .saturating_add(Duration::from_secs(60))
+                .max(ABANDONED_AFTER);
+            super::component::remove_abandoned_artifacts(dir, age);
         }
         Ok(Arc::new(Sandbox {
             engine,
