@@ -408,9 +408,6 @@ pub async fn run(
     while let Some(done) = serving.join_next().await {
         done?;
     }
-    // Every task has ended: what they recorded is written before the host
-    // goes.
-    catalog.samples().flush();
     endpoints.cancel();
     let closing = tokio::time::Instant::now() + ENDPOINTS_CLOSE;
     for mut listener in listeners {
@@ -424,6 +421,9 @@ pub async fn run(
             );
         }
     }
+    // Every task has ended, and every admin call (an invoke's task, a
+    // deploy): what they recorded is written before the host goes.
+    catalog.samples().flush();
     announce(
         json,
         format_args!("stopped; every accepted task was reported"),
