@@ -147,18 +147,12 @@ fn dev_run(cache: &Path, files: &[&Path], watch: impl FnOnce(&Corral)) -> String
 /// The compile workers (`corral compile-worker`) running now with `cache`
 /// as their compile cache: the workers of one test's run.
 fn compile_workers(cache: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
     let mark = format!("CORRAL_CACHE_DIR={}", cache.display());
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let read = |name| std::fs::read(e.path().join(name)).unwrap_or_default();
-            let cmdline = read("cmdline");
-            let environ = read("environ");
-            cmdline.split(|b| *b == 0).any(|a| a == b"compile-worker")
-                && environ.split(|b| *b == 0).any(|v| v == mark.as_bytes())
+    common::processes::compile_workers()
+        .into_iter()
+        .filter(|pid| {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            environ.split(|b| *b == 0).any(|v| v == mark.as_bytes())
         })
         .count()
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use common::activities::text;
 use common::admin::{Host, path};
 use common::example;
+use common::processes::{compile_workers, state_and_parent};
 
 /// How late a deadline may be met on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_secs(8);
@@ -81,28 +82,6 @@ fn a_compile_over_its_time_is_stopped_at_its_deadline_and_refused_by_name() {
     serves_on(&host);
 }
 
-/// A process's state letter (`R`, `S`, `Z`…), `None` once it is gone.
-fn state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command's name, which may hold spaces, in parentheses.
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-/// The compile worker (`corral compile-worker`) `parent` runs, if any.
-fn compile_worker_of(parent: u32) -> Option<u32> {
-    std::fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            ppid == Some(parent) && cmdline.split(|b| *b == 0).any(|a| a == b"compile-worker")
-        })
-}
-
 #[test]
 fn a_compile_under_way_neither_holds_the_host_past_its_stop_nor_outlives_it() {
     let host = Host::new("compile_timeout = \"30s\"");
@@ -121,7 +100,8 @@ fn a_compile_under_way_neither_holds_the_host_past_its_stop_nor_outlives_it() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(90);
     let worker = loop {
-        if let Some(worker) = compile_worker_of(pid) {
+        let of_this_host = |worker: &u32| state_and_parent(*worker).is_some_and(|(_, p)| p == pid);
+        if let Some(worker) = compile_workers().into_iter().find(of_this_host) {
             break worker;
         }
         assert!(Instant::now() < deadline, "no compile worker started");
@@ -137,7 +117,7 @@ fn a_compile_under_way_neither_holds_the_host_past_its_stop_nor_outlives_it() {
     // Drained (nothing ran), and the upload's call given its 5 s.
     corral.await_logged("every accepted task was reported", 1);
     let stopped = Instant::now();
-    let running = |pid| matches!(state(pid), Some(s) if s != 'Z');
+    let running = |pid| state_and_parent(pid).is_some_and(|(state, _)| state != 'Z');
     assert!(
         running(worker),
         "the compile worker is gone before the exit"

