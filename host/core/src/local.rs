@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::sandbox::{Failure, FailureClass, Outcome, RetryPolicy, TaskInfo, TaskObserver};
 use crate::session::{
-    Args, CancelReason, Connector, Inbound, Report, ReportError, Session, TaskKey, TaskStart,
+    Args, CancelReason, Connector, HeartbeatDetails, Inbound, Report, ReportError, Session,
+    TaskKey, TaskStart,
 };
 use crate::sync::lock;
 
@@ -170,7 +170,7 @@ impl Connector for Local {
         }
     }
 
-    fn heartbeat(&self, _key: &TaskKey, _details: Option<&Value>) {}
+    fn heartbeat(&self, _key: &TaskKey, _details: Option<&HeartbeatDetails>) {}
 
     fn stop_polling(&self) {
         lock(&self.queue).take();

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::{Instant, Sleep};
 
-use super::{Connector, TaskKey};
+use super::{Connector, HeartbeatDetails, TaskKey};
 use crate::metrics::Metrics;
 use crate::sandbox::{LogLevel, Stream, TaskObserver};
 use crate::sync::lock;
@@ -23,7 +23,10 @@ use crate::sync::lock;
 pub(super) struct Progress {
     key: TaskKey,
     connector: Arc<dyn Connector>,
-    last: Mutex<Option<Value>>,
+    /// As text, not a tree: a guest's details of `max_output` bytes parse
+    /// to many times that (about 36 times for `[0,0,…]`), held for the
+    /// task's life and sent at every beat.
+    last: Mutex<Option<HeartbeatDetails>>,
     /// Set once the outcome exists: the engine hears no more heartbeats.
     ended: AtomicBool,
     metrics: Arc<Metrics>,
@@ -45,7 +48,7 @@ impl Progress {
         Progress {
             key,
             connector,
-            last: Mutex::new(last),
+            last: Mutex::new(last.as_ref().map(HeartbeatDetails::of)),
             ended: AtomicBool::new(false),
             metrics,
             tenant: tenant.to_owned(),
@@ -78,7 +81,7 @@ impl Progress {
 impl TaskObserver for Progress {
     fn heartbeat(&self, count: u32, details: Option<&Value>) {
         if let Some(details) = details {
-            *lock(&self.last) = Some(details.clone());
+            *lock(&self.last) = Some(HeartbeatDetails::of(details));
         }
         self.beat();
         if let Some(observer) = &self.observer {

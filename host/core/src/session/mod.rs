@@ -129,6 +129,24 @@ pub struct ReportError {
     pub message: String,
 }
 
+/// A heartbeat's details as the engine gets them: compact JSON text, made
+/// only from a JSON value (so always valid), already redacted. Kept and
+/// shared as text: the tree a guest's details parse to can be dozens of
+/// times their size, and each beat would copy it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeartbeatDetails(Arc<str>);
+
+impl HeartbeatDetails {
+    pub fn of(details: &Value) -> HeartbeatDetails {
+        HeartbeatDetails(details.to_string().into())
+    }
+
+    /// The JSON text.
+    pub fn json(&self) -> &str {
+        &self.0
+    }
+}
+
 /// One engine connection for one tenant's queue.
 #[async_trait]
 pub trait Connector: Send + Sync + 'static {
@@ -144,7 +162,7 @@ pub trait Connector: Send + Sync + 'static {
 
     /// Liveness and progress: the connector forwards it (throttled as the
     /// engine needs). Called from the guest's thread: it must not block.
-    fn heartbeat(&self, key: &TaskKey, details: Option<&Value>);
+    fn heartbeat(&self, key: &TaskKey, details: Option<&HeartbeatDetails>);
 
     /// Stop asking for new work. `next` still delivers cancels, then `None`.
     fn stop_polling(&self);

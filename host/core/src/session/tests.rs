@@ -76,9 +76,10 @@ impl Connector for Scripted {
         Ok(())
     }
 
-    fn heartbeat(&self, key: &TaskKey, details: Option<&Value>) {
+    fn heartbeat(&self, key: &TaskKey, details: Option<&HeartbeatDetails>) {
+        let details = details.map(|d| serde_json::from_str(d.json()).unwrap());
         let mut heartbeats = self.heartbeats.lock().unwrap();
-        heartbeats.push((key.clone(), details.cloned()));
+        heartbeats.push((key.clone(), details));
     }
 
     fn stop_polling(&self) {

@@ -31,6 +31,19 @@ impl Guest for Hostile {
         }
     }
 
+    fn heartbeat_values(bytes: u32, ms: u32) {
+        let values = (bytes.saturating_sub(1) / 2).max(1) as usize;
+        let mut details = String::with_capacity(2 * values + 1);
+        details.push('[');
+        for i in 0..values {
+            details.push_str(if i == 0 { "0" } else { ",0" });
+        }
+        details.push(']');
+        corral_guest::context::heartbeat(Some(&details));
+        corral_guest::log::info("heartbeated");
+        wasip2::clocks::monotonic_clock::subscribe_duration(u64::from(ms) * 1_000_000).block();
+    }
+
     fn refused_requests(authority: String, path: Option<String>, count: u32) -> u32 {
         use wasip2::http::outgoing_handler;
         use wasip2::http::types::{Fields, OutgoingRequest, Scheme};

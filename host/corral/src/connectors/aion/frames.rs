@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 
 use super::wire;
 use corral_core::sandbox::{TaskInfo, convert};
-use corral_core::session::{Args, InputError, Registry, Report, TaskKey, TaskStart};
+use corral_core::session::{
+    Args, HeartbeatDetails, InputError, Registry, Report, TaskKey, TaskStart,
+};
 
 /// Every payload corral reads or writes is JSON.
 pub const JSON: &str = "application/json";
@@ -55,11 +57,11 @@ impl Attempt {
         })
     }
 
-    pub fn heartbeat(&self, details: Option<&Value>) -> wire::worker_to_server::Message {
+    pub fn heartbeat(&self, details: Option<&HeartbeatDetails>) -> wire::worker_to_server::Message {
         wire::worker_to_server::Message::Heartbeat(wire::Heartbeat {
             workflow_id: self.workflow_id(),
             activity_id: self.activity_id(),
-            progress: details.map(payload),
+            progress: details.map(|d| json_payload(d.json())),
         })
     }
 
@@ -99,9 +101,14 @@ impl Attempt {
 }
 
 pub fn payload(value: &Value) -> wire::Payload {
+    json_payload(&value.to_string())
+}
+
+/// A payload of JSON text.
+fn json_payload(json: &str) -> wire::Payload {
     wire::Payload {
         content_type: JSON.to_owned(),
-        bytes: value.to_string().into_bytes(),
+        bytes: json.as_bytes().to_vec(),
     }
 }
 

@@ -20,15 +20,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AionBinding;
 use corral_core::session::{
-    Connector, Inbound, Permit, Permits, Registry, Report, ReportError, TaskKey, TenantSlots,
-    TypeAdmission,
+    Connector, HeartbeatDetails, Inbound, Permit, Permits, Registry, Report, ReportError, TaskKey,
+    TenantSlots, TypeAdmission,
 };
 use corral_core::sync::lock;
 use frames::Attempt;
@@ -298,7 +297,7 @@ impl Connector for AionConnector {
         })
     }
 
-    fn heartbeat(&self, key: &TaskKey, details: Option<&Value>) {
+    fn heartbeat(&self, key: &TaskKey, details: Option<&HeartbeatDetails>) {
         let frame = {
             let mut held = lock(&self.shared.held);
             let Some(task) = held.get_mut(key) else {

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
-use serde_json::Value;
 use temporalio_client::{Connection, ConnectionOptions, GrpcCompression};
 use temporalio_common::protos::coresdk::activity_result::{
     self as ar, ActivityExecutionResult, activity_execution_result::Status,
@@ -32,8 +31,8 @@ use crate::config::{Compression, TemporalBinding};
 use corral_core::backoff::{Backoff, Try, patiently};
 use corral_core::sandbox::TaskInfo;
 use corral_core::session::{
-    Args, CancelReason, Connector, Inbound, InputError, Permits, Report, ReportError, TaskKey,
-    TaskStart,
+    Args, CancelReason, Connector, HeartbeatDetails, Inbound, InputError, Permits, Report,
+    ReportError, TaskKey, TaskStart,
 };
 
 /// How soon an activity without a heartbeat timeout learns it was
@@ -319,11 +318,11 @@ impl Connector for TemporalConnector {
             })
     }
 
-    fn heartbeat(&self, key: &TaskKey, details: Option<&Value>) {
+    fn heartbeat(&self, key: &TaskKey, details: Option<&HeartbeatDetails>) {
         self.worker.record_activity_heartbeat(ActivityHeartbeat {
             task_token: key.clone(),
             details: details
-                .map(|d| vec![payloads::from_json(d)])
+                .map(|d| vec![payloads::from_json_text(d.json())])
                 .unwrap_or_default(),
         });
     }

@@ -64,9 +64,14 @@ pub fn args_to_json(payloads: &[Payload]) -> Result<Vec<Value>, PayloadError> {
 
 /// Encodes a JSON value as a `json/plain` payload.
 pub fn from_json(value: &Value) -> Payload {
+    from_json_text(&value.to_string())
+}
+
+/// A `json/plain` payload of JSON text.
+pub fn from_json_text(json: &str) -> Payload {
     Payload {
         metadata: HashMap::from([(ENCODING.to_owned(), b"json/plain".to_vec())]),
-        data: value.to_string().into_bytes(),
+        data: json.as_bytes().to_vec(),
         ..Default::default()
     }
 }
