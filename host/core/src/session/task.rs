@@ -172,7 +172,7 @@ async fn execute(
             route.tenant.label.clone(),
             route.activity.clone(),
             route.tenant.cpu,
-            async move { sandbox.execute(&component, &prepared, task).await },
+            move || async move { sandbox.execute(&component, &prepared, task).await },
         )
         .await;
     route.record(&outcome);

@@ -218,9 +218,9 @@ impl Counting {
                 self.component.clone(),
                 self.tenant.clone(),
             );
-            let work = async move { sandbox.execute(&component, &tenant, task).await };
+            let work = move || async move { sandbox.execute(&component, &tenant, task).await };
             let out = match &self.scheduler {
-                None => work.await,
+                None => work().await,
                 Some(scheduler) => {
                     // As a session passes its route's: the tenant's name
                     // and the activity type's, shared.

@@ -180,7 +180,7 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
         let scheduler = scheduler.clone();
         async move {
             let task = Task::new(activity, vec![json!("hello")]);
-            let work = async move { sandbox.execute(&component, &tenant, task).await };
+            let work = move || async move { sandbox.execute(&component, &tenant, task).await };
             let (out, _) = scheduler
                 .execute(
                     Arc::from("bench"),

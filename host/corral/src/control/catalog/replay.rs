@@ -197,7 +197,7 @@ impl Catalog {
             side.component.clone(),
             side.tenant.clone(),
         );
-        let work = async move { sandbox.execute(&component, &tenant, task).await };
+        let work = move || async move { sandbox.execute(&component, &tenant, task).await };
         let (outcome, started) = match self.guests.get() {
             Some((cpu, permits)) => {
                 let _slot = permits.host_slot().await;
@@ -207,7 +207,7 @@ impl Catalog {
                 let outcome = cpu.execute(label, activity, spec.tenant.cpu, work).await.0;
                 (outcome, started)
             }
-            None => (work.await, Instant::now()),
+            None => (work().await, Instant::now()),
         };
         Replayed {
             ending: Ending::of(&outcome),
