@@ -1,18 +1,29 @@
 //! corral's own log: text or JSON lines on stderr, filtered by `CORRAL_LOG`,
 //! with room for a layer beside it (the OTLP export) that filters alone.
 
+use std::io::Write;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
+
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::{Layer, Registry};
 
 /// What a server logs by default. wasmtime's WASI crates warn about what
-/// a guest did wrong (a malformed request, …), as often as the guest likes:
-/// only their errors reach the host's log. A task's phase spans (target
-/// `corral::phase`, at `debug`) are left out: `CORRAL_LOG=corral=debug`
-/// shows them.
-pub const SERVER_LOG: &str = "warn,corral=info,wasmtime_wasi=error,wasmtime_wasi_http=error";
+/// a guest did wrong (a malformed request, …), as often as the guest likes,
+/// and `oci-client` about what a registry sent (a token it cannot read,
+/// quoted whole: megabytes, a credential's claims): only their errors
+/// reach the host's log. A task's phase spans (target `corral::phase`, at
+/// `debug`) are left out: `CORRAL_LOG=corral=debug` shows them.
+pub const SERVER_LOG: &str =
+    "warn,corral=info,wasmtime_wasi=error,wasmtime_wasi_http=error,oci_client=error";
 /// What the other commands log by default.
-pub const CLI_LOG: &str = "warn,wasmtime_wasi=error,wasmtime_wasi_http=error";
+pub const CLI_LOG: &str = "warn,wasmtime_wasi=error,wasmtime_wasi_http=error,oci_client=error";
+
+/// The most one log line takes, whatever logged it. corral bounds what it
+/// logs of a guest's, a registry's or a network's text itself (4 KiB
+/// pieces, 300-byte quotes); this bounds what another crate logs, at any
+/// `CORRAL_LOG`.
+pub const MAX_LINE: usize = 16 << 10;
 
 /// Logs go to stderr, as text or (for log collectors) JSON lines.
 pub fn init_tracing(default_filter: &str, json: bool) {
@@ -36,7 +47,7 @@ pub fn init_tracing_with(default_filter: &str, json: bool, extra: Option<ExtraLa
         tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter))
     };
-    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let log = tracing_subscriber::fmt::layer().with_writer(Bounded { json });
     let registry = tracing_subscriber::registry().with(extra);
     if json {
         registry.with(log.json().with_filter(filter())).init();
@@ -48,10 +59,69 @@ pub fn init_tracing_with(default_filter: &str, json: bool, extra: Option<ExtraLa
     }
 }
 
+/// stderr, each event cut to [`MAX_LINE`] (the log's layer writes an
+/// event in one write).
+#[derive(Clone, Copy)]
+struct Bounded {
+    /// JSON lines: a cut event is still one.
+    json: bool,
+}
+
+impl<'a> MakeWriter<'a> for Bounded {
+    type Writer = Bounded;
+
+    fn make_writer(&'a self) -> Bounded {
+        *self
+    }
+}
+
+impl Write for Bounded {
+    fn write(&mut self, event: &[u8]) -> std::io::Result<usize> {
+        let mut stderr = std::io::stderr().lock();
+        if event.len() <= MAX_LINE {
+            stderr.write_all(event)?;
+        } else {
+            stderr.write_all(cut(event, self.json).as_bytes())?;
+        }
+        Ok(event.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// An event too long to log: its start and its length, as one line (JSON
+/// when the log is).
+fn cut(event: &[u8], json: bool) -> String {
+    // Room for the note and, in JSON, the start's escapes (at most six
+    // bytes each: `\u001b`).
+    let room = if json { MAX_LINE / 6 } else { MAX_LINE } - 128;
+    let mut end = room.min(event.len());
+    while end > 0 && event.get(end).is_some_and(|b| b & 0xc0 == 0x80) {
+        end -= 1;
+    }
+    let start = String::from_utf8_lossy(&event[..end]);
+    if json {
+        let line = serde_json::json!({
+            "level": "WARN",
+            "target": "corral::log",
+            "fields": {
+                "message": format!("a log event of {} bytes, cut", event.len()),
+                "start": start,
+            },
+        });
+        format!("{line}\n")
+    } else {
+        format!("{start}… [a log event of {} bytes, cut]\n", event.len())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::SERVER_LOG;
+    use super::{Bounded, MAX_LINE, SERVER_LOG, cut};
     use corral_core::trace::PHASES;
+    use std::io::Write as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::{EnvFilter, Layer};
 
@@ -75,5 +145,28 @@ mod tests {
         assert!(exported.would_enable(PHASES, &tracing::Level::DEBUG));
         assert!(exported.would_enable("corral_core::session", &tracing::Level::INFO));
         assert!(!exported.would_enable("corral_core::session", &tracing::Level::DEBUG));
+    }
+
+    #[test]
+    fn a_log_event_is_cut_to_the_line_bound_and_stays_one_line_of_its_format() {
+        let event = format!("WARN other: {}\n", "é\u{1b}".repeat(MAX_LINE));
+        let text = cut(event.as_bytes(), false);
+        assert!(text.len() <= MAX_LINE, "{} bytes", text.len());
+        assert_eq!(text.matches('\n').count(), 1);
+        assert!(text.starts_with("WARN other: é"), "{text:.40}");
+        assert!(text.ends_with(&format!("[a log event of {} bytes, cut]\n", event.len())));
+        let json = cut(event.as_bytes(), true);
+        assert!(json.len() <= MAX_LINE, "{} bytes", json.len());
+        assert_eq!(json.matches('\n').count(), 1);
+        let line: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert!(
+            line["fields"]["start"]
+                .as_str()
+                .unwrap()
+                .starts_with("WARN other: é")
+        );
+        // Short events pass whole.
+        let mut writer = Bounded { json: false };
+        assert_eq!(writer.write(b"short\n").unwrap(), 6);
     }
 }

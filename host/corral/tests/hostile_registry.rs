@@ -123,6 +123,48 @@ fn realm_registry(bystander: u16) -> u16 {
     })
 }
 
+/// A registry that asks for a token from itself and hands out a JWT whose
+/// `exp` claim is three megabytes of text with terminal escapes: the
+/// OCI client warned about it, quoting the claim whole.
+fn token_registry() -> u16 {
+    use base64::Engine as _;
+    let b64 = |json: String| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json);
+    let claims = serde_json::json!({
+        "exp": format!("\u{1b}[2J\nWARN corral: FORGED {}", "A".repeat(3 << 20)),
+    });
+    let jwt = format!(
+        "{}.{}.c2ln",
+        b64(r#"{"alg":"HS256","typ":"JWT"}"#.to_owned()),
+        b64(claims.to_string())
+    );
+    let token = serde_json::json!({ "token": jwt }).to_string();
+    loopback_server(move |head: &Head, _: &mut BufReader<&TcpStream>, stream| {
+        let authorized = head.headers.iter().any(|(name, _)| name == "authorization");
+        let itself = head
+            .headers
+            .iter()
+            .find(|(name, _)| name == "host")
+            .map(|(_, host)| host.clone())
+            .unwrap_or_default();
+        if head.target().starts_with("/token") {
+            let json = ("content-type", "application/json".to_owned());
+            respond(stream, "200 OK", &[json], token.as_bytes());
+        } else if authorized {
+            respond(stream, "404 Not Found", &[], b"");
+        } else {
+            let challenge = format!(
+                r#"Bearer realm="http://{itself}/token",service="evil",scope="repository:acme/x:pull""#
+            );
+            respond(
+                stream,
+                "401 Unauthorized",
+                &[("www-authenticate", challenge)],
+                b"",
+            );
+        }
+    })
+}
+
 /// The longest line in `text`.
 fn longest_line(text: &str) -> usize {
     text.lines().map(str::len).max().unwrap_or(0)
@@ -135,15 +177,19 @@ fn every_byte_comes_from_a_host_a_rule_names_and_a_registry_cannot_flood_the_hos
     let realm = realm_registry(bystander);
     let hostile = format!("127.0.0.1:{registry}");
     let realm_host = format!("127.0.0.1:{realm}");
+    let token_host = format!("127.0.0.1:{}", token_registry());
     let host = Host::new(&format!(
-        "insecure_registries = [{hostile:?}, {realm_host:?}]\nregistry_deadline = \"4s\""
+        "insecure_registries = [{hostile:?}, {realm_host:?}, {token_host:?}]\nregistry_deadline = \"4s\""
     ));
-    let corral = host.serve([&format!("registries = [{hostile:?}, {realm_host:?}]"), ""]);
+    let corral = host.serve([
+        &format!("registries = [{hostile:?}, {realm_host:?}, {token_host:?}]"),
+        "",
+    ]);
     let deploy = |repository: &str, says: &str| -> String {
-        let reference = if repository == "realm" {
-            format!("oci://{realm_host}/acme/x:1")
-        } else {
-            format!("oci://{hostile}/acme/{repository}:1")
+        let reference = match repository {
+            "realm" => format!("oci://{realm_host}/acme/x:1"),
+            "token" => format!("oci://{token_host}/acme/x:1"),
+            _ => format!("oci://{hostile}/acme/{repository}:1"),
         };
         let started = Instant::now();
         let out = host.cli(&host.tokens[0].token, &["deploy", &reference]);
@@ -188,6 +234,10 @@ fn every_byte_comes_from_a_host_a_rule_names_and_a_registry_cannot_flood_the_hos
     assert!(!said.contains('\u{1b}'), "{said}");
     assert!(!said.contains("\nFAKE"), "{said}");
 
+    // A token the client cannot read, three megabytes of it: not quoted
+    // in the host's log (checked with the rest below).
+    deploy("token", "acme/x:1");
+
     // A byte a second: the pull's deadline ends it.
     let started = Instant::now();
     deploy("slow", "did not finish within 4s");
@@ -203,6 +253,10 @@ fn every_byte_comes_from_a_host_a_rule_names_and_a_registry_cannot_flood_the_hos
         longest_line(&log)
     );
     assert!(!log.contains('\u{1b}'), "escapes in the host's log");
+    assert!(
+        !log.contains("FORGED"),
+        "the registry's token in the host's log"
+    );
     let out = host.cli(&host.tokens[0].token, &["status", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
 }
