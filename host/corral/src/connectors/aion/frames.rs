@@ -31,9 +31,14 @@ impl Attempt {
         (self.workflow.clone(), self.activity)
     }
 
-    /// The session loop's key: unique per execution generation.
+    /// The session loop's key: unique per execution generation, and one
+    /// attempt's only (a JSON array: no workflow id or token can make
+    /// another attempt's, as `w/1`, 2, `t` and `w`, 1, `2/t` did joined
+    /// with `/`).
     pub fn key(&self) -> TaskKey {
-        format!("{}/{}/{}", self.workflow, self.activity, self.token).into_bytes()
+        serde_json::json!([self.workflow, self.activity, self.token])
+            .to_string()
+            .into_bytes()
     }
 
     pub fn workflow_id(&self) -> Option<wire::WorkflowId> {
@@ -241,7 +246,7 @@ mod tests {
             Duration::from_secs(1),
         )
         .unwrap();
-        assert_eq!(start.key, b"w/3/t1");
+        assert_eq!(start.key, br#"["w",3,"t1"]"#);
         assert_eq!(start.info.attempt, 2);
         assert_eq!(start.info.workflow_id.as_deref(), Some("w"));
         let Ok(Args::Named(named)) = start.args else {

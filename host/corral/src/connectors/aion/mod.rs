@@ -125,6 +125,13 @@ impl Shared {
         if self.stopping.is_cancelled() {
             return refuse("the worker is shutting down".to_owned());
         }
+        // Pushed again while it runs here: the running one reports. Run
+        // twice, it held two permits' worth under one entry (and gave one
+        // back early); refused, the server would hand it to another worker.
+        if lock(&self.held).contains_key(&start.key) {
+            tracing::info!(tenant = %self.tenant, activity_type = %start.activity_type, "a task pushed again while it runs here: its run reports");
+            return None;
+        }
         let names = self
             .permits
             .type_names(&self.registry, &self.tenant, &start.activity_type);

@@ -59,8 +59,14 @@ fn task(token: &str) -> Down {
 }
 
 fn task_at(token: &str, sequence_position: u64) -> Down {
+    task_of("w", sequence_position, token)
+}
+
+fn task_of(workflow: &str, sequence_position: u64, token: &str) -> Down {
     Down::Task(wire::ActivityTask {
-        workflow_id: Some(wire::WorkflowId { uuid: "w".into() }),
+        workflow_id: Some(wire::WorkflowId {
+            uuid: workflow.into(),
+        }),
         activity_id: Some(wire::ActivityId { sequence_position }),
         activity_type: "answer".into(),
         input: Some(frames::payload(&serde_json::json!({}))),
@@ -139,19 +145,20 @@ impl WorkerProtocol for Scripted {
                 message: Some(frame),
             })) = up.message().await
             {
-                let result = matches!(frame, Up::Result(_));
+                let ack = match &frame {
+                    Up::Result(r) => Some(Down::ResultAck(wire::ResultAck {
+                        workflow_id: r.workflow_id.clone(),
+                        activity_id: r.activity_id,
+                    })),
+                    _ => None,
+                };
                 seen.lock().unwrap().push((stream, frame));
-                if result && stream == 0 && break_first {
+                if ack.is_some() && stream == 0 && break_first {
                     // The first stream breaks before acknowledging.
                     return;
                 }
-                if result {
-                    send(Down::ResultAck(wire::ResultAck {
-                        workflow_id: Some(wire::WorkflowId { uuid: "w".into() }),
-                        activity_id: Some(wire::ActivityId {
-                            sequence_position: 1,
-                        }),
-                    }));
+                if let Some(ack) = ack {
+                    send(ack);
                 }
             }
         });
@@ -458,5 +465,68 @@ async fn a_new_registration_runs_beside_the_old_stream_which_loses_nothing() {
         served.seen.lock().unwrap().iter().any(|(s, _)| *s == 1),
         "the new stream took over"
     );
+    served.stop().await;
+}
+
+/// The results and refusals the worker sent, as (workflow, token).
+fn answered(frames: &[(usize, Up)]) -> (Vec<(String, String)>, Vec<String>) {
+    let mut results = Vec::new();
+    let mut refused = Vec::new();
+    for (_, frame) in frames {
+        match frame {
+            Up::Result(r) => results.push((
+                r.workflow_id.clone().unwrap_or_default().uuid,
+                r.completion_token.clone(),
+            )),
+            Up::TaskRefused(r) => refused.push(r.completion_token.clone()),
+            _ => {}
+        }
+    }
+    (results, refused)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_pushed_again_while_it_runs_is_neither_run_twice_nor_refused() {
+    // Refused at the tenant's limit of one, the server would hand the task
+    // to another worker while it runs here.
+    let script = Script {
+        first: vec![task_at("t1", 1), task_at("t1", 1)],
+        ..Script::default()
+    };
+    let served = serve_script(script, &answer(HOLDS_ITS_PERMITS), 1, &[]).await;
+    served.until(|frames| !answered(frames).0.is_empty()).await;
+    let (session, seen) = (served.session.clone(), served.seen.clone());
+    for _ in 0..1200 {
+        if session.in_flight_count() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (results, refused) = answered(&seen.lock().unwrap());
+    assert_eq!(results, [("w".to_owned(), "t1".to_owned())]);
+    assert!(refused.is_empty(), "refused {refused:?}");
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attempts_whose_ids_would_join_to_one_key_are_kept_apart() {
+    // `w/1`, 2, `t` and `w`, 1, `2/t`: one key when joined with `/`, so the
+    // second replaced the first, and one result was lost.
+    let script = Script {
+        first: vec![task_of("w/1", 2, "t"), task_of("w", 1, "2/t")],
+        ..Script::default()
+    };
+    let served = serve_script(script, &answer(HOLDS_ITS_PERMITS), 2, &[]).await;
+    served.until(|frames| answered(frames).0.len() >= 2).await;
+    let (mut results, refused) = answered(&served.seen.lock().unwrap());
+    results.sort();
+    assert_eq!(
+        results,
+        [
+            ("w".to_owned(), "2/t".to_owned()),
+            ("w/1".to_owned(), "t".to_owned())
+        ]
+    );
+    assert!(refused.is_empty(), "refused {refused:?}");
     served.stop().await;
 }
