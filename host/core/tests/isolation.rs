@@ -244,3 +244,64 @@ async fn a_grant_is_the_directory_opened_at_start_even_once_moved_or_removed() {
     let f = run.expect_failure(FailureClass::Application);
     assert_eq!(f.kind, "NotFound", "{f}");
 }
+
+/// A secret's value in bytes a guest returns (an API that echoed its key,
+/// say) is redacted before corral encodes them as base64, where no
+/// redaction of the JSON could find it: in a result, and in an error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secrets_value_in_bytes_a_guest_returns_is_redacted_before_they_are_encoded() {
+    use base64::Engine as _;
+    use corral_core::sandbox::{SecretSource, SecretSpec, Secrets};
+    const VALUE: &str = "sk_live_0123456789abcdef";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("key");
+    std::fs::write(&file, VALUE).unwrap();
+    let secrets = Secrets::load(vec![SecretSpec {
+        name: "PAY_KEY".into(),
+        source: SecretSource::File(file),
+        hosts: vec!["pay.example".parse().unwrap()],
+        in_query: false,
+    }])
+    .unwrap();
+    let host = host()
+        .secrets(std::sync::Arc::new(secrets))
+        .build()
+        .unwrap();
+    // `echoed` returns the bytes `charged with <key>`; `refused` fails with
+    // them.
+    let text = format!("charged with {VALUE}");
+    let wat = format!(
+        r#"(component
+             (core module $m
+               (memory (export "mem") 1)
+               (data (i32.const 0) "\20\00\00\00\{len:02x}\00\00\00")
+               (data (i32.const 8) "\01\00\00\00\20\00\00\00\{len:02x}\00\00\00")
+               (data (i32.const 32) "{text}")
+               (func (export "echoed") (result i32) i32.const 0)
+               (func (export "refused") (result i32) i32.const 8))
+             (core instance $i (instantiate $m))
+             (func (export "echoed") (result (list u8))
+               (canon lift (core func $i "echoed") (memory (core memory $i "mem"))))
+             (func (export "refused") (result (result (list u8) (error (list u8))))
+               (canon lift (core func $i "refused") (memory (core memory $i "mem")))))"#,
+        len = text.len(),
+    );
+    let guest = host.load_bytes(&wat::parse_str(&wat).unwrap()).unwrap();
+    let decoded = |value: &serde_json::Value| {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(value.as_str().unwrap())
+            .unwrap();
+        String::from_utf8(bytes).unwrap()
+    };
+    let run = guest.call("echoed").run().await;
+    assert_eq!(decoded(run.expect_ok()), "charged with [secret PAY_KEY]");
+    let run = guest.call("refused").run().await;
+    let failure = run.expect_failure(FailureClass::Application);
+    let details = failure.details.clone().unwrap_or_default();
+    assert!(!failure.to_string().contains(VALUE), "{failure}");
+    assert_eq!(
+        decoded(&details),
+        "charged with [secret PAY_KEY]",
+        "{details}"
+    );
+}

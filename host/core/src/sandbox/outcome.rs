@@ -10,7 +10,7 @@ use wasmtime::component::Val;
 use wasmtime::component::types::{ResultType, Type};
 
 use super::classify::{Evidence, classify};
-use super::convert::{self, to_json};
+use super::convert;
 use super::failure::{Failure, FailureClass, Outcome, RetryPolicy};
 use super::limits::{Breach, Limits};
 use super::secrets::Secrets;
@@ -137,6 +137,8 @@ fn result_to_outcome(
     secrets: &Secrets,
 ) -> Outcome {
     let invalid = |message: String| Failure::new(FailureClass::InvalidOutput, policy, message);
+    // A guest's bytes are redacted before they are encoded as base64.
+    let redact = &|bytes: &mut Vec<u8>| secrets.redact_bytes(bytes);
     // (A failure is bounded in `guest_failure`, by its own message.)
     if let Some(val) = &val
         && !matches!(val, Val::Result(Err(_)))
@@ -152,7 +154,7 @@ fn result_to_outcome(
     let value = match (ty, val) {
         (None, _) => Value::Null,
         (Some(Type::Result(result)), Some(Val::Result(returned))) => match returned {
-            Ok(ok) => convert::payload_to_json(result.ok(), ok.map(|v| *v))
+            Ok(ok) => convert::payload_to_json_filtering(result.ok(), ok.map(|v| *v), redact)
                 .map_err(|e| invalid(format!("the result {e}")))?,
             Err(err) => {
                 return Err(guest_failure(
@@ -164,9 +166,8 @@ fn result_to_outcome(
                 ));
             }
         },
-        (Some(ty), Some(val)) => {
-            to_json(ty, val).map_err(|e| invalid(format!("the result {e}")))?
-        }
+        (Some(ty), Some(val)) => convert::to_json_filtering(ty, val, redact)
+            .map_err(|e| invalid(format!("the result {e}")))?,
         (Some(_), None) => return Err(invalid("the guest returned no result".into())),
     };
     let size = json_len(&value);
@@ -196,7 +197,8 @@ fn guest_failure(
         },
         other => other,
     };
-    let details = match convert::payload_to_json(result.err(), err) {
+    let redact = &|bytes: &mut Vec<u8>| secrets.redact_bytes(bytes);
+    let details = match convert::payload_to_json_filtering(result.err(), err, redact) {
         Ok(details) => details,
         Err(e) => {
             return Failure::new(

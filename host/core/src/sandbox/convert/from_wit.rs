@@ -6,13 +6,20 @@ use serde_json::{Map, Number, Value};
 use wasmtime::component::Val;
 use wasmtime::component::types::Type;
 
-use super::{ConvertError, JsonPath};
+use super::{BytesFilter, ConvertError, JsonPath};
 
 /// Converts a value of type `ty` returned by a guest to JSON. The value is
 /// consumed: its strings and names move into the JSON instead of being
 /// copied, so a large result is never held twice.
 pub fn to_json(ty: &Type, val: Val) -> Result<Value, ConvertError> {
     convert(ty, val, &mut JsonPath::default())
+}
+
+/// [`to_json`], each `list<u8>` passed through `bytes` before it is
+/// encoded (the host's redaction of secrets: in base64 no redaction of the
+/// JSON could find one).
+pub fn to_json_filtering(ty: &Type, val: Val, bytes: &BytesFilter) -> Result<Value, ConvertError> {
+    convert(ty, val, &mut JsonPath::filtering_bytes(bytes))
 }
 
 fn convert(ty: &Type, val: Val, path: &mut JsonPath) -> Result<Value, ConvertError> {
@@ -33,13 +40,14 @@ fn convert(ty: &Type, val: Val, path: &mut JsonPath) -> Result<Value, ConvertErr
         (Type::List(list), Val::List(items)) => {
             let element = list.ty();
             if element == Type::U8 {
-                let bytes: Vec<u8> = items
+                let mut bytes: Vec<u8> = items
                     .iter()
                     .map(|v| match v {
                         Val::U8(b) => Ok(*b),
                         _ => Err(path.error("list<u8> holds a value that is not a u8")),
                     })
                     .collect::<Result<_, _>>()?;
+                path.filter_bytes(&mut bytes);
                 Value::String(BASE64.encode(bytes))
             } else {
                 elements(&element, items, path)?
@@ -180,8 +188,18 @@ fn signed(n: i64) -> usize {
 /// Converts the payload of a top-level `result` case: `null` when the case
 /// has no payload.
 pub fn payload_to_json(ty: Option<Type>, val: Option<Val>) -> Result<Value, ConvertError> {
+    payload_to_json_filtering(ty, val, &|_| {})
+}
+
+/// [`payload_to_json`], each `list<u8>` passed through `bytes` (see
+/// [`to_json_filtering`]).
+pub fn payload_to_json_filtering(
+    ty: Option<Type>,
+    val: Option<Val>,
+    bytes: &BytesFilter<'_>,
+) -> Result<Value, ConvertError> {
     match (ty, val) {
-        (Some(ty), Some(val)) => convert(&ty, val, &mut JsonPath::default()),
+        (Some(ty), Some(val)) => convert(&ty, val, &mut JsonPath::filtering_bytes(bytes)),
         _ => Ok(Value::Null),
     }
 }

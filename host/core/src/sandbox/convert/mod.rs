@@ -26,7 +26,9 @@ mod to_wit;
 use std::fmt;
 
 pub use args::{ArgsError, positional};
-pub use from_wit::{json_size_at_least, payload_to_json, to_json};
+pub use from_wit::{
+    json_size_at_least, payload_to_json, payload_to_json_filtering, to_json, to_json_filtering,
+};
 pub use sample::sample;
 pub use schema::{input_schema, output_schema};
 pub use to_wit::{describe as describe_json, from_json};
@@ -48,9 +50,18 @@ impl fmt::Display for ConvertError {
 
 impl std::error::Error for ConvertError {}
 
-/// The JSON path being converted, grown and shrunk as conversion descends.
-#[derive(Debug, Default)]
-pub(crate) struct JsonPath(Vec<Segment>);
+/// The JSON path being converted, grown and shrunk as conversion descends,
+/// and what a guest's bytes pass through before they are encoded.
+#[derive(Default)]
+pub(crate) struct JsonPath<'a> {
+    segments: Vec<Segment>,
+    /// Applied to each `list<u8>` a guest returns before it is encoded as
+    /// base64 (in which no redaction could find a secret's value).
+    bytes: Option<&'a BytesFilter<'a>>,
+}
+
+/// What a guest's bytes pass through before they are encoded.
+pub type BytesFilter<'a> = dyn Fn(&mut Vec<u8>) + 'a;
 
 #[derive(Debug)]
 enum Segment {
@@ -58,18 +69,33 @@ enum Segment {
     Index(usize),
 }
 
-impl JsonPath {
+impl<'a> JsonPath<'a> {
+    /// A path whose byte lists pass through `bytes`.
+    pub(crate) fn filtering_bytes(bytes: &'a BytesFilter<'a>) -> Self {
+        JsonPath {
+            segments: Vec::new(),
+            bytes: Some(bytes),
+        }
+    }
+
+    /// Passes a guest's bytes through the path's filter, if it has one.
+    pub(crate) fn filter_bytes(&self, bytes: &mut Vec<u8>) {
+        if let Some(filter) = self.bytes {
+            filter(bytes);
+        }
+    }
+
     pub(crate) fn field<T>(&mut self, name: &str, f: impl FnOnce(&mut Self) -> T) -> T {
-        self.0.push(Segment::Field(name.to_owned()));
+        self.segments.push(Segment::Field(name.to_owned()));
         let out = f(self);
-        self.0.pop();
+        self.segments.pop();
         out
     }
 
     pub(crate) fn index<T>(&mut self, index: usize, f: impl FnOnce(&mut Self) -> T) -> T {
-        self.0.push(Segment::Index(index));
+        self.segments.push(Segment::Index(index));
         let out = f(self);
-        self.0.pop();
+        self.segments.pop();
         out
     }
 
@@ -81,10 +107,10 @@ impl JsonPath {
     }
 }
 
-impl fmt::Display for JsonPath {
+impl fmt::Display for JsonPath<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("$")?;
-        for segment in &self.0 {
+        for segment in &self.segments {
             match segment {
                 Segment::Field(name) => write!(f, ".{name}")?,
                 Segment::Index(i) => write!(f, "[{i}]")?,
