@@ -109,6 +109,80 @@ fn strangers_who_never_authenticate_cannot_shut_an_operator_out() {
     assert!(out.status.success(), "{}", text(&out));
 }
 
+/// A stranger that sends PINGs and never reads: its small receive buffer
+/// and then the host's send buffer fill with the host's answers, the
+/// host's writes wait on it, and it stops once its own writes have waited
+/// a second (the host reads nothing more while its writes wait).
+fn stalled_stranger(address: (&str, u16)) -> Result<TcpStream, String> {
+    let started = Instant::now();
+    let mut conn = stranger(address);
+    let size: libc::c_int = 1024;
+    // SAFETY: setsockopt on an open socket, with an int it reads.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&conn),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw const size).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    conn.set_nonblocking(true).unwrap();
+    let pings = frame(PING, 0, 0, &[0; 8]);
+    let mut waiting: Option<Instant> = None;
+    loop {
+        match conn.write(&pings) {
+            Ok(_) => waiting = None,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if waiting.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(1) {
+                    return Ok(conn);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "the host closed a stranger {:?} after it was opened, before it stalled: {e}",
+                    started.elapsed()
+                ));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stranger_that_stops_reading_is_still_closed_at_its_deadline() {
+    let host = Host::new("");
+    let corral = host.serve(["", ""]);
+    let address = ("127.0.0.1", host.admin());
+    let before = corral.open_fds();
+    let opened = Instant::now();
+    let held: Vec<TcpStream> = (0..3)
+        .map(|_| stalled_stranger(address).unwrap_or_else(|e| panic!("{e}\n{}", corral.stderr())))
+        .collect();
+    eprintln!(
+        "3 strangers stalled {:?} after they were opened: {} descriptors, {before} before",
+        opened.elapsed(),
+        corral.open_fds()
+    );
+    // The host can neither read from them nor write to them: their
+    // deadline closes them all the same (they held their descriptors,
+    // and slots, for as long as they liked).
+    let deadline = opened + AUTHENTICATE_WITHIN + SLACK;
+    while corral.open_fds() > before {
+        assert!(
+            Instant::now() < deadline,
+            "{} descriptors open {:?} after the strangers were opened, {before} before",
+            corral.open_fds(),
+            opened.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("all closed {:?} after they were opened", opened.elapsed());
+    drop(held);
+    let out = host.cli(&host.tokens[0].token, &["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 /// An HTTP/2 frame: its type, flags, stream and payload.
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = u32::try_from(payload.len()).unwrap();
