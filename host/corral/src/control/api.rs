@@ -23,6 +23,7 @@ use crate::oci::Registries;
 use crate::staging::{StageError, StagedComponent};
 use corral_core::sandbox::{DeploymentReuse, Reuse, TaskInfo, format_bytes};
 use corral_core::session::{Args, Session};
+use corral_core::shown::Escaped;
 use corral_core::shown::{MAX_NAME, Shown};
 
 pub struct AdminService {
@@ -315,7 +316,8 @@ impl Admin for AdminService {
         .await;
         self.session.metrics.upload(&tenant, result.is_ok());
         if let Err(e) = &result {
-            tracing::info!(tenant, "upload refused: {}", e.message());
+            // A refusal may quote what the caller sent.
+            tracing::info!(tenant, "upload refused: {}", Escaped(e.message()));
         }
         result.map(Response::new)
     }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use corral_core::shown::{MAX_NAME, Shown};
 use tonic::Status;
 use tonic::metadata::MetadataMap;
 
@@ -67,8 +68,11 @@ impl Auth {
     pub fn tenant(&self, principal: &Principal, requested: &str) -> Result<String, Status> {
         match principal {
             Principal::Tenant(own) if requested.is_empty() || requested == own => Ok(own.clone()),
+            // The name asked for is the caller's text: escaped and cut, as
+            // it is logged.
             Principal::Tenant(own) => Err(Status::permission_denied(format!(
-                "the token of tenant `{own}` cannot act on tenant `{requested}`"
+                "the token of tenant `{own}` cannot act on tenant `{}`",
+                Shown(requested, MAX_NAME)
             ))),
             Principal::Operator if requested.is_empty() => Err(Status::invalid_argument(
                 "the operator token acts on any tenant: name one (--tenant)",
@@ -77,7 +81,8 @@ impl Auth {
                 Ok(requested.to_owned())
             }
             Principal::Operator => Err(Status::not_found(format!(
-                "no tenant `{requested}` is configured"
+                "no tenant `{}` is configured",
+                Shown(requested, MAX_NAME)
             ))),
         }
     }
