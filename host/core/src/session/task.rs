@@ -87,6 +87,9 @@ async fn execute(
     entry: &InFlight,
     progress: &Arc<Progress>,
 ) -> (Outcome, Arc<str>) {
+    // The engine's deadline counts from here, whatever the task then waits
+    // for.
+    let arrived = Instant::now();
     let TaskStart {
         tenant,
         activity_type,
@@ -131,7 +134,7 @@ async fn execute(
         }
     };
     let recording = Recording::of(&route, &args);
-    let task = Task {
+    let mut task = Task {
         activity_type: route.activity.to_string(),
         args,
         info,
@@ -144,8 +147,11 @@ async fn execute(
     // are taken here, in arrival order, and held while the guest runs; the
     // session's liveness pump keeps the task alive with the engine while it
     // waits.
+    // A cancel, or the engine's deadline, that comes while it waits ends it
+    // there: it never runs (run, it would have had a full deadline and a
+    // cancel's grace from its start, and held a slot others wait for).
     let waiting = tracing::debug_span!(target: PHASES, "permits");
-    let (_type, _slot) = async {
+    let slots = async {
         let type_slot = match type_slot {
             Some(taken) => Some(taken),
             None => {
@@ -157,8 +163,40 @@ async fn execute(
         };
         (type_slot, session.permits.host_slot().await)
     }
-    .instrument(waiting)
-    .await;
+    .instrument(waiting);
+    let expiry = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until((arrived + d).into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    let never_ran = |class, message: String| {
+        (
+            Err(Failure::new(class, policy, message)),
+            route.activity.clone(),
+        )
+    };
+    let (_type, _slot) = tokio::select! {
+        biased;
+        () = entry.cancel.cancelled() => {
+            return never_ran(
+                FailureClass::Cancelled,
+                "cancelled while it waited for a slot: it never ran".to_owned(),
+            );
+        }
+        () = expiry => {
+            return never_ran(
+                FailureClass::Timeout,
+                format!(
+                    "the engine's deadline of {:?} passed while it waited for a slot: it never ran",
+                    deadline.unwrap_or_default()
+                ),
+            );
+        }
+        slots = slots => slots,
+    };
+    // What is left of the engine's deadline.
+    task.deadline = deadline.map(|d| d.saturating_sub(arrived.elapsed()));
     // Only while it holds one of the host's cores, on a guest thread from
     // its first wait: see `cpu`.
     let (sandbox, component, prepared) = (

@@ -477,3 +477,42 @@ async fn shutdown_waits_for_the_grace_period_then_interrupts_and_reports_everyth
         "{failure}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_waiting_for_a_slot_ends_there_at_its_deadline_or_its_cancel() {
+    // One slot, held by a spinning guest: the tasks behind it wait.
+    let f = fixture_with(0, Permits::new(1, []));
+    let serving = f.serve(Duration::from_secs(1));
+    f.send.send(start(b"s", "spin")).await.unwrap();
+    f.until("the spinner runs", || f.session.in_flight_count() == 1)
+        .await;
+    let Inbound::Start(mut late) = start(b"d", "answer") else {
+        unreachable!()
+    };
+    late.deadline = Some(Duration::from_millis(300));
+    f.send.send(Inbound::Start(late)).await.unwrap();
+    f.send.send(start(b"c", "answer")).await.unwrap();
+    f.until("both wait", || f.session.in_flight_count() == 3)
+        .await;
+    f.cancel(b"c").await;
+    // Reported while the spinner still holds the slot: neither ran.
+    let reports = f.wait_for_reports(2).await;
+    assert_eq!(f.session.in_flight_count(), 1, "{reports:?}");
+    for (key, report) in &reports {
+        match (key.as_slice(), report) {
+            (b"d", Report::Failed(failure)) => {
+                assert_eq!(failure.class, FailureClass::Timeout, "{failure}");
+                assert!(failure.message.contains("never ran"), "{failure}");
+            }
+            (b"c", Report::Cancelled(failure)) => {
+                assert_eq!(failure.class, FailureClass::Cancelled, "{failure}");
+                assert!(failure.message.contains("never ran"), "{failure}");
+            }
+            _ => panic!("{reports:?}"),
+        }
+    }
+    f.cancel(b"s").await;
+    f.wait_for_reports(3).await;
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
