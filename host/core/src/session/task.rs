@@ -2,7 +2,10 @@
 //! session's liveness pump heartbeats it meanwhile), map the outcome to what
 //! the engine expects, and deliver the report until the engine accepts it.
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -52,7 +55,7 @@ pub(super) async fn run(
     async {
         let started = Instant::now();
         session.metrics.task_started(&tenant);
-        let (outcome, activity) = execute(session, start, &entry, &progress).await;
+        let (outcome, activity) = caught(execute(session, start, &entry, &progress)).await;
         // The outcome exists: no more heartbeats while it is reported.
         progress.end();
         let reason = *lock(&entry.reason);
@@ -78,6 +81,34 @@ pub(super) async fn run(
     .await
 }
 
+/// `executing`, with a panic in it (a bug of the host's, never a guest's
+/// doing) ending the task as a `Host` failure that is reported like any
+/// other, not the runner: the engine hears of the task, and its slots and
+/// permits are given back as it unwinds.
+async fn caught(executing: impl Future<Output = (Outcome, Arc<str>)>) -> (Outcome, Arc<str>) {
+    let mut executing = std::pin::pin!(executing);
+    std::future::poll_fn(|cx| {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| executing.as_mut().poll(cx))) {
+            Ok(polled) => polled,
+            Err(panic) => {
+                let said = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!("a task's run panicked (a bug): {}", Shown(&said, 300));
+                let failure = Failure::new(
+                    FailureClass::Host,
+                    &RetryPolicy::default(),
+                    format!("the host failed running the task: {}", Shown(&said, 300)),
+                );
+                Poll::Ready((Err(failure), Arc::from("<panicked>")))
+            }
+        }
+    })
+    .await
+}
+
 /// Routes and runs the task; returns its outcome and the activity type's
 /// full name (one label for every unknown name, so that engines, which can
 /// send any name, keep the metrics' cardinality bounded).
@@ -88,7 +119,7 @@ async fn execute(
     progress: &Arc<Progress>,
 ) -> (Outcome, Arc<str>) {
     // The engine's deadline counts from here, whatever the task then waits
-    // for.
+    // for: one that passes before it has its slots ends it unrun.
     let arrived = Instant::now();
     let TaskStart {
         tenant,
@@ -134,7 +165,7 @@ async fn execute(
         }
     };
     let recording = Recording::of(&route, &args);
-    let mut task = Task {
+    let task = Task {
         activity_type: route.activity.to_string(),
         args,
         info,
@@ -195,8 +226,9 @@ async fn execute(
         }
         slots = slots => slots,
     };
-    // What is left of the engine's deadline.
-    task.deadline = deadline.map(|d| d.saturating_sub(arrived.elapsed()));
+    // (Run, it has the engine's whole deadline from its start, as before:
+    // the engine's own timeout, which counts from its arrival, reaches it
+    // as a cancel.)
     // Only while it holds one of the host's cores, on a guest thread from
     // its first wait: see `cpu`.
     let (sandbox, component, prepared) = (

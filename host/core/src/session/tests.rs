@@ -516,3 +516,40 @@ async fn a_task_waiting_for_a_slot_ends_there_at_its_deadline_or_its_cancel() {
     f.shutdown.cancel();
     serving.await.unwrap();
 }
+
+/// An observer with a bug: it panics once the task's instance exists.
+struct Panicking;
+
+impl TaskObserver for Panicking {
+    fn instantiated(&self, _took: Duration) {
+        panic!("a broken observer");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_whose_run_panics_is_reported_and_gives_its_slot_back() {
+    // One slot: the next task runs only if the panicking one gave it back.
+    let f = fixture_with(0, Permits::new(1, []));
+    let serving = f.serve(Duration::from_secs(1));
+    let Inbound::Start(mut broken) = start(b"p", "answer") else {
+        unreachable!()
+    };
+    broken.observer = Some(Arc::new(Panicking));
+    f.send.send(Inbound::Start(broken)).await.unwrap();
+    f.send.send(start(b"a", "answer")).await.unwrap();
+    let reports = f.wait_for_reports(2).await;
+    for (key, report) in &reports {
+        match (key.as_slice(), report) {
+            (b"p", Report::Failed(failure)) => {
+                assert_eq!(failure.class, FailureClass::Host, "{failure}");
+                assert!(failure.retryable, "{failure}");
+                assert!(failure.message.contains("a broken observer"), "{failure}");
+            }
+            (b"a", Report::Completed(value)) => assert_eq!(value, &json!(42)),
+            _ => panic!("{reports:?}"),
+        }
+    }
+    assert_eq!(f.session.in_flight_count(), 0);
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
