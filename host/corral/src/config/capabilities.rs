@@ -73,12 +73,33 @@ pub(super) struct RawSecret {
     value: Option<toml::Value>,
 }
 
+/// A secret's entry under `secrets`: where its value comes from, or
+/// anything else written in place of that (most likely the value itself),
+/// refused without being quoted: deserialized as a source, a string would
+/// be quoted whole in the parse error (`invalid type: string "sk_live_…"`).
+pub(super) enum SecretEntry {
+    Source(RawSecret),
+    Written,
+}
+
+impl<'de> Deserialize<'de> for SecretEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(d)? {
+            toml::Value::Table(table) => toml::Value::Table(table)
+                .try_into()
+                .map(SecretEntry::Source)
+                .map_err(serde::de::Error::custom),
+            _ => Ok(SecretEntry::Written),
+        }
+    }
+}
+
 /// Validates a tenant's capabilities and loads its secrets; `key` names a
 /// field of the tenant in errors.
 pub(super) fn parse(
     raw: &RawCapabilities,
     config: &BTreeMap<String, String>,
-    secrets: &BTreeMap<String, RawSecret>,
+    secrets: &BTreeMap<String, SecretEntry>,
     base: &Path,
     key: &dyn Fn(&str) -> String,
 ) -> Result<Capabilities, ConfigError> {
@@ -111,6 +132,12 @@ pub(super) fn parse(
     let mut specs = Vec::with_capacity(secrets.len());
     for (name, s) in secrets {
         let at = |field: &str| key(&format!("secrets.{name}{field}"));
+        let SecretEntry::Source(s) = s else {
+            return Err(invalid(
+                at(""),
+                "a secret's value is never written in the configuration: name its source, { env = \"VAR\" } or { file = \"path\" }, and its hosts",
+            ));
+        };
         if s.value.is_some() {
             return Err(invalid(
                 at(".value"),

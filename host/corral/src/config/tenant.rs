@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::capabilities::{self, RawCapabilities, RawSecret};
+use super::capabilities::{self, RawCapabilities, SecretEntry};
 use super::engine::{self, Engine, RawAion, TemporalBinding};
 use super::host::HostConfig;
 use super::source::{ComponentSource, RawCredential, credentials, follows};
@@ -79,7 +79,7 @@ pub(super) struct RawTenant {
     #[serde(default)]
     config: BTreeMap<String, String>,
     #[serde(default)]
-    secrets: BTreeMap<String, RawSecret>,
+    secrets: BTreeMap<String, SecretEntry>,
     #[serde(default)]
     components: Vec<String>,
     #[serde(default)]

@@ -436,6 +436,20 @@ capabilities = { http_hosts = ["a.example", { host = "api.stripe.com", methods =
         "{e}"
     );
     assert!(!e.contains("sk_live_in_the_file"), "{e}");
+    // So is a value written in place of its source, as a string or in
+    // dotted form.
+    for written in [
+        r#"secrets = { K = "sk_live_in_the_file" }"#,
+        r#"secrets.K = "sk_live_in_the_file""#,
+        r#"secrets = { K = ["sk_live_in_the_file"] }"#,
+    ] {
+        let e = problem(written);
+        assert!(
+            e.contains("secrets.K: a secret's value is never written in the configuration"),
+            "{written}: {e}"
+        );
+        assert!(!e.contains("sk_live_in_the_file"), "{written}: {e}");
+    }
     let e = problem(r#"secrets = { K = { file = "pay.key", env = "X", hosts = ["a"] } }"#);
     assert!(e.contains("secrets.K: give exactly one of env"), "{e}");
     let e = problem(r#"secrets = { K = { file = "missing.key", hosts = ["a"] } }"#);
