@@ -29,6 +29,7 @@ use corral_core::session::{
     Connector, HeartbeatDetails, Inbound, Permit, Permits, Registry, Report, ReportError, TaskKey,
     TenantSlots, TypeAdmission,
 };
+use corral_core::shown::{MAX_NAME, Shown};
 use corral_core::sync::lock;
 use frames::Attempt;
 
@@ -117,8 +118,10 @@ impl Shared {
                 return None;
             }
         };
+        // The engine's text: escaped and bounded in the log.
+        let activity_type = Shown(&start.activity_type, MAX_NAME).to_string();
         let refuse = |reason: String| {
-            tracing::info!(tenant = %self.tenant, activity_type = %start.activity_type, "refusing a task: {reason}");
+            tracing::info!(tenant = %self.tenant, %activity_type, "refusing a task: {reason}");
             self.send(attempt.refusal(reason));
             None
         };
@@ -128,8 +131,11 @@ impl Shared {
         // Pushed again while it runs here: the running one reports. Run
         // twice, it held two permits' worth under one entry (and gave one
         // back early); refused, the server would hand it to another worker.
-        if lock(&self.held).contains_key(&start.key) {
-            tracing::info!(tenant = %self.tenant, activity_type = %start.activity_type, "a task pushed again while it runs here: its run reports");
+        // Checked and taken under one lock: the stream being replaced and
+        // its successor accept at once.
+        let mut held = lock(&self.held);
+        if held.contains_key(&start.key) {
+            tracing::info!(tenant = %self.tenant, %activity_type, "a task pushed again while it runs here: its run reports");
             return None;
         }
         let names = self
@@ -141,8 +147,7 @@ impl Shared {
             TypeAdmission::Held(slot) => Some(slot),
             TypeAdmission::Full => {
                 return refuse(format!(
-                    "activity type `{}` is at its own concurrency limit",
-                    start.activity_type
+                    "activity type `{activity_type}` is at its own concurrency limit"
                 ));
             }
         };
@@ -152,12 +157,13 @@ impl Shared {
                 self.tenant
             ));
         };
-        let held = Held {
+        let task = Held {
             attempt,
             last_beat: None,
             _permit: permit,
         };
-        lock(&self.held).insert(start.key.clone(), held);
+        held.insert(start.key.clone(), task);
+        drop(held);
         Some(Inbound::Start(Box::new(start)))
     }
 
