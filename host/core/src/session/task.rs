@@ -201,11 +201,12 @@ async fn execute(
             None => std::future::pending().await,
         }
     };
+    // Retryable whatever the tenant's policy says of its class: it never
+    // ran, so another attempt may well succeed.
     let never_ran = |class, message: String| {
-        (
-            Err(Failure::new(class, policy, message)),
-            route.activity.clone(),
-        )
+        let mut failure = Failure::new(class, policy, message);
+        failure.retryable = true;
+        (Err(failure), route.activity.clone())
     };
     let (_type, _slot) = tokio::select! {
         biased;
@@ -228,8 +229,7 @@ async fn execute(
     };
     // (Run, it has the engine's whole deadline from its start, as before:
     // the engine's own timeout, which counts from its arrival, reaches it
-    // as a cancel.)
-    // Only while it holds one of the host's cores, on a guest thread from
+    // as a cancel.) Only while it holds one of the host's cores, on a guest thread from
     // its first wait: see `cpu`.
     let (sandbox, component, prepared) = (
         session.sandbox.clone(),
