@@ -39,11 +39,32 @@ pub struct TaskInfo {
     pub workflow_id: Option<String>,
     /// 1 for the first attempt.
     pub attempt: u32,
-    /// JSON details of the last heartbeat of the previous attempt.
-    pub last_heartbeat: Option<Value>,
+    /// JSON details of the last heartbeat of the previous attempt (text:
+    /// held for the attempt's life, a tree could be dozens of times its
+    /// size).
+    pub last_heartbeat: Option<HeartbeatDetails>,
     /// The caller's W3C `traceparent`, when the engine carried one: the
     /// task's span is its child.
     pub traceparent: Option<String>,
+}
+
+/// A heartbeat's details as the engine gets them (and gives back to the
+/// next attempt): compact JSON text, made only from a JSON value (so
+/// always valid), a guest's already redacted. Kept and
+/// shared as text: the tree a guest's details parse to can be dozens of
+/// times their size, and each beat would copy it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeartbeatDetails(Arc<str>);
+
+impl HeartbeatDetails {
+    pub fn of(details: &Value) -> HeartbeatDetails {
+        HeartbeatDetails(details.to_string().into())
+    }
+
+    /// The JSON text.
+    pub fn json(&self) -> &str {
+        &self.0
+    }
 }
 
 /// A guest broke the host contract in a way that is its output's fault
@@ -96,7 +117,7 @@ impl TaskState {
             attempt: info.attempt,
             tenant: info.tenant.clone(),
             deadline_unix_ms: self.watchdog.deadline().map(unix_ms),
-            last_heartbeat: info.last_heartbeat.as_ref().map(Value::to_string),
+            last_heartbeat: info.last_heartbeat.as_ref().map(|d| d.json().to_owned()),
         }
     }
 }

@@ -34,7 +34,7 @@ pub use classify::{listed_names, shown_name};
 pub use compile::{CompileError, worker_main as compile_worker_main};
 pub use component::{LoadError, LoadedComponent};
 pub use config::{CompileLimits, PerComponent, SandboxConfig, fiber_stack_size};
-pub use context::TaskInfo;
+pub use context::{HeartbeatDetails, TaskInfo};
 pub use destination::{GrantError, HttpGrant, HttpHost};
 pub use engine::Sandbox;
 pub use execute::Task;

@@ -42,13 +42,13 @@ impl Progress {
         connector: Arc<dyn Connector>,
         metrics: Arc<Metrics>,
         tenant: &str,
-        last: Option<Value>,
+        last: Option<HeartbeatDetails>,
         observer: Option<Arc<dyn TaskObserver>>,
     ) -> Self {
         Progress {
             key,
             connector,
-            last: Mutex::new(last.as_ref().map(HeartbeatDetails::of)),
+            last: Mutex::new(last),
             ended: AtomicBool::new(false),
             metrics,
             tenant: tenant.to_owned(),

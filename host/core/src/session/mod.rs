@@ -23,6 +23,7 @@ pub use permits::{HostSlot, Permit, Permits, TenantSlots, TypeAdmission, TypeSlo
 pub use registry::{Deployment, Registry, Route, RouteError, TenantTable};
 
 use crate::metrics::Metrics;
+pub use crate::sandbox::HeartbeatDetails;
 use crate::sandbox::{Failure, Sandbox, TaskInfo, TaskObserver};
 use crate::sync::lock;
 
@@ -127,24 +128,6 @@ pub struct ReportError {
     /// no longer knows the task).
     pub retryable: bool,
     pub message: String,
-}
-
-/// A heartbeat's details as the engine gets them: compact JSON text, made
-/// only from a JSON value (so always valid), already redacted. Kept and
-/// shared as text: the tree a guest's details parse to can be dozens of
-/// times their size, and each beat would copy it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HeartbeatDetails(Arc<str>);
-
-impl HeartbeatDetails {
-    pub fn of(details: &Value) -> HeartbeatDetails {
-        HeartbeatDetails(details.to_string().into())
-    }
-
-    /// The JSON text.
-    pub fn json(&self) -> &str {
-        &self.0
-    }
 }
 
 /// One engine connection for one tenant's queue.

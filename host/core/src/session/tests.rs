@@ -311,7 +311,7 @@ async fn tasks_in_flight_are_heartbeated_at_their_pace_until_they_end() {
         unreachable!()
     };
     spin.heartbeat_every = Duration::from_millis(50);
-    spin.info.last_heartbeat = Some(json!({"step": 3}));
+    spin.info.last_heartbeat = Some(HeartbeatDetails::of(&json!({"step": 3})));
     f.send.send(Inbound::Start(spin)).await.unwrap();
     let Inbound::Start(mut slow) = start(b"w", "spin") else {
         unreachable!()

@@ -9,7 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::TestComponent;
 use crate::local::{Canceller, Submission};
-use crate::sandbox::{Failure, FailureClass, LogLevel, Outcome, Stream, TaskInfo, TaskObserver};
+use crate::sandbox::{
+    Failure, FailureClass, HeartbeatDetails, LogLevel, Outcome, Stream, TaskInfo, TaskObserver,
+};
 use crate::session::Args;
 
 /// One activity call being set up; [`Call::run`] executes it.
@@ -75,7 +77,7 @@ impl Call {
 
     /// The previous attempt's last heartbeat details.
     pub fn last_heartbeat(mut self, details: Value) -> Self {
-        self.info.last_heartbeat = Some(details);
+        self.info.last_heartbeat = Some(HeartbeatDetails::of(&details));
         self
     }
 

@@ -232,7 +232,8 @@ fn inbound(task: ActivityTask, tenant: &str) -> Option<Inbound> {
                     last_heartbeat: start
                         .heartbeat_details
                         .first()
-                        .and_then(|p| payloads::to_json(p).ok()),
+                        .and_then(|p| payloads::to_json(p).ok())
+                        .map(|details| HeartbeatDetails::of(&details)),
                     traceparent: traceparent(&start.header_fields),
                 },
                 deadline,
