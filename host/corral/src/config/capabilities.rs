@@ -94,6 +94,27 @@ impl<'de> Deserialize<'de> for SecretEntry {
     }
 }
 
+/// A tenant's `secrets`: a table of named entries. Anything else is
+/// refused without being quoted (most likely a value).
+pub(super) fn secret_entries<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, SecretEntry>, D::Error> {
+    match toml::Value::deserialize(d)? {
+        toml::Value::Table(table) => table
+            .into_iter()
+            .map(|(name, entry)| {
+                Ok((
+                    name,
+                    SecretEntry::deserialize(entry).map_err(serde::de::Error::custom)?,
+                ))
+            })
+            .collect(),
+        _ => Err(serde::de::Error::custom(
+            "`secrets` names each secret's source ({ NAME = { env = \"VAR\", hosts = [\"host\"] } }), never a value",
+        )),
+    }
+}
+
 /// Validates a tenant's capabilities and loads its secrets; `key` names a
 /// field of the tenant in errors.
 pub(super) fn parse(

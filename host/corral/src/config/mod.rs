@@ -85,6 +85,15 @@ pub enum ConfigError {
     /// Not TOML, or not the shape of a configuration.
     #[error("{}", .0.to_string().trim_end())]
     Syntax(toml::de::Error),
+    /// The same, at a line about secrets: where and what, without the
+    /// line (toml's error quotes it), which may hold a secret's value
+    /// pasted where its source belongs.
+    #[error("line {line}, column {column}: {message}")]
+    SyntaxAtSecrets {
+        line: usize,
+        column: usize,
+        message: String,
+    },
     /// A value that cannot be used.
     #[error("{key}: {problem}")]
     Invalid { key: String, problem: String },
@@ -110,6 +119,30 @@ struct RawConfig {
     tenant: Vec<tenant::RawTenant>,
 }
 
+/// A TOML error, quoting its line unless the line is about secrets (it
+/// names them, or is in a table whose header does).
+fn syntax(text: &str, error: toml::de::Error) -> ConfigError {
+    let Some(at) = error.span().map(|span| span.start) else {
+        return ConfigError::Syntax(error);
+    };
+    let before = text.get(..at).unwrap_or(text);
+    let start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next().unwrap_or("");
+    let section = text[..start]
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('['))
+        .unwrap_or("");
+    if !line.contains("secret") && !section.contains("secret") {
+        return ConfigError::Syntax(error);
+    }
+    ConfigError::SyntaxAtSecrets {
+        line: before.matches('\n').count() + 1,
+        column: before[start..].chars().count() + 1,
+        message: error.message().trim_end().to_owned(),
+    }
+}
+
 impl Config {
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -127,7 +160,7 @@ impl Config {
     /// Parses and validates configuration text; relative paths are resolved
     /// against `base`. Each section is validated by its own module.
     pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(ConfigError::Syntax)?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| syntax(text, e))?;
         let host = host::parse(raw.host, base)?;
         if raw.tenant.is_empty() {
             return Err(invalid(

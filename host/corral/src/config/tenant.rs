@@ -78,7 +78,7 @@ pub(super) struct RawTenant {
     /// What the guest reads through `wasi:config`.
     #[serde(default)]
     config: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "capabilities::secret_entries")]
     secrets: BTreeMap<String, SecretEntry>,
     #[serde(default)]
     components: Vec<String>,

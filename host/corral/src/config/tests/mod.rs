@@ -450,6 +450,16 @@ capabilities = { http_hosts = ["a.example", { host = "api.stripe.com", methods =
         );
         assert!(!e.contains("sk_live_in_the_file"), "{written}: {e}");
     }
+    // Nor is it quoted where the text is not TOML, or `secrets` not a
+    // table: an error names the line, not what it holds.
+    for written in [
+        r#"secrets.K = sk_live_in_the_file"#,
+        r#"secrets = "sk_live_in_the_file""#,
+    ] {
+        let e = problem(written);
+        assert!(e.contains("line "), "{written}: {e}");
+        assert!(!e.contains("sk_live_in_the_file"), "{written}: {e}");
+    }
     let e = problem(r#"secrets = { K = { file = "pay.key", env = "X", hosts = ["a"] } }"#);
     assert!(e.contains("secrets.K: give exactly one of env"), "{e}");
     let e = problem(r#"secrets = { K = { file = "missing.key", hosts = ["a"] } }"#);
