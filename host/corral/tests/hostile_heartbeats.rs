@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::activities::{execute_completed, outcome, start, unique, wait_for};
+use common::activities::{outcome, resident_after_a_hostile_task, start, unique, wait_for};
 use common::admin::path;
 use common::hostile_guest;
 use common::processes::{Corral, TemporalServer, free_port};
@@ -41,15 +41,7 @@ components = [{hostile:?}]
         address = server.address(),
         hostile = path(&hostile_guest("hostile")),
     ));
-    // Compiled and a slot used before the baseline.
-    execute_completed(
-        &server,
-        &corral,
-        &queue,
-        "demo:hostile/api.random-once",
-        &["16"],
-    );
-    let before = corral.status_kib("VmRSS");
+    let before = resident_after_a_hostile_task(&server, &corral, &queue);
 
     let details = DETAILS.to_string();
     let tasks: Vec<String> = (0..TASKS)

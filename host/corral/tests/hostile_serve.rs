@@ -10,7 +10,10 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::activities::{describe, execute_completed, outcome, start, text, timestamp, unique};
+use common::activities::{
+    describe, execute_completed, outcome, resident_after_a_hostile_task, start, text, timestamp,
+    unique,
+};
 use common::admin::{Host, path, token};
 use common::processes::{Corral, TemporalServer, free_port, sample, scrape};
 use common::{example, hostile_guest};
@@ -163,15 +166,7 @@ components = [{hostile:?}]
         release = path(release.path()),
         hostile = path(&hostile_guest("hostile")),
     ));
-    // Compiled and one slot used before the baseline.
-    execute_completed(
-        &server,
-        &corral,
-        &queue,
-        "demo:hostile/api.random-once",
-        &["16"],
-    );
-    let before = corral.status_kib("VmRSS");
+    let before = resident_after_a_hostile_task(&server, &corral, &queue);
 
     let in_flight = r#"corral_tasks_in_flight{tenant="deep"}"#;
     let mut after = Vec::new();

@@ -119,6 +119,20 @@ pub fn execute_completed(
     out["result"].clone()
 }
 
+/// corral's resident memory (KiB) once a quick task of the hostile guest
+/// on `queue` has completed (the component compiled, a slot used): the
+/// baseline of a memory bound.
+pub fn resident_after_a_hostile_task(server: &TemporalServer, corral: &Corral, queue: &str) -> u64 {
+    execute_completed(
+        server,
+        corral,
+        queue,
+        "demo:hostile/api.random-once",
+        &["16"],
+    );
+    corral.status_kib("VmRSS")
+}
+
 /// `temporal activity start`: returns at once with the activity id.
 pub fn start(
     server: &TemporalServer,
