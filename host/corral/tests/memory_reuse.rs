@@ -61,7 +61,11 @@ impl Swap {
                 "if=/dev/zero",
                 &format!("of={path}"),
                 "bs=1M",
-                "count=64",
+                // Room for all the attack's filler past the cgroup's 48 MiB
+                // (48 × 4 MiB at most): with 64 MiB, the kernel swapping
+                // filler before the marker's pages could fill it, and the
+                // child was killed in the cgroup (seen once in CI).
+                "count=256",
                 "status=none",
             ],
         ) && run("chmod", &["600", &path])
