@@ -433,3 +433,43 @@ fn guest_chosen_names_are_cut_short_in_failure_messages() {
         assert!(failure.message.contains("aaaa…"), "{failure}");
     });
 }
+
+/// A guest whose core function hands back a result the component model
+/// cannot read: its return area at 8 holds `bytes` (a string's pointer and
+/// length, or a variant's discriminant), read as `result`.
+fn malformed_result(result: &str, bytes: &str) -> Vec<u8> {
+    component(&format!(
+        r#"(component
+             (core module $m
+               (memory (export "mem") 1)
+               (data (i32.const 8) "{bytes}")
+               (func (export "f") (result i32) i32.const 8))
+             (core instance $i (instantiate $m))
+             (func (export "run") (result {result})
+               (canon lift (core func $i "f") (memory (core memory $i "mem")))))"#
+    ))
+}
+
+#[test]
+fn a_result_the_host_cannot_read_is_the_guests_invalid_output_not_a_host_fault() {
+    within(Runtime::Threads, async {
+        let host = host().build().unwrap();
+        let cases = [
+            // 100 bytes at 0xffffff00: past the guest's one page.
+            ("string", r"\00\ff\ff\ff\64\00\00\00", "out of bounds"),
+            // An option's discriminant is 0 or 1.
+            ("(option u32)", r"\07\00\00\00\00\00\00\00", "discriminant"),
+        ];
+        for (result, bytes, said) in cases {
+            let guest = host.load_bytes(&malformed_result(result, bytes)).unwrap();
+            let run = guest.call("run").run().await;
+            let failure = run.expect_failure(FailureClass::InvalidOutput);
+            assert!(!failure.retryable, "{failure}");
+            assert!(
+                failure.message.contains("cannot read") && failure.message.contains(said),
+                "{failure}"
+            );
+        }
+        assert_healthy(&host).await;
+    });
+}

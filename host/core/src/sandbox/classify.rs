@@ -25,6 +25,10 @@ pub(crate) struct Evidence<'a> {
     pub max_handles: usize,
     /// The end of the guest's stderr (a panic message, typically).
     pub stderr_tail: String,
+    /// Whether the error came from the guest's call after its code ran
+    /// there: an error then with no trap and no guest frame is wasmtime
+    /// refusing what the guest handed across the boundary.
+    pub handed: bool,
 }
 
 /// Classifies an error returned by instantiation or by a guest call.
@@ -160,8 +164,36 @@ pub(crate) fn classify(
             ),
         )
         .with_details(with_trace(json!({}))),
-        None => Failure::new(FailureClass::Host, policy, format!("{error:#}")),
+        // No trap and no guest frame, in the call after the guest's code
+        // ran: wasmtime refused what the guest handed across the component
+        // boundary outside its code (a result's pointer or length past its
+        // memory, an invalid discriminant or UTF-8, a `realloc` answering
+        // out of bounds). The guest's own fault, as the same value handed
+        // to a host function is (above): retrying would fail the same way.
+        // The host's own shortages stay `Host`, retryable.
+        None if evidence.handed && !host_shortage(error) => Failure::new(
+            FailureClass::InvalidOutput,
+            policy,
+            format!(
+                "the guest handed the host a value the component model cannot read: {}",
+                host_message(error)
+            ),
+        ),
+        None => Failure::new(
+            FailureClass::Host,
+            policy,
+            shown(&format!("{error:#}"), MAX_HOST_MESSAGE),
+        ),
     }
+}
+
+/// Whether wasmtime failed for want of something the host provides
+/// (memory, a fiber stack or other pool slot), whatever the guest did.
+fn host_shortage(error: &wasmtime::Error) -> bool {
+    error.downcast_ref::<wasmtime::OutOfMemory>().is_some()
+        || error
+            .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+            .is_some()
 }
 
 /// What the host said when it refused a guest's call: the error's causes
@@ -260,4 +292,40 @@ fn last_lines(text: &str, n: usize) -> String {
         })
         .collect();
     lines[lines.len().saturating_sub(n)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evidence(handed: bool) -> Evidence<'static> {
+        Evidence {
+            breach: None,
+            fuel: None,
+            max_output: 1 << 20,
+            max_handles: 16,
+            stderr_tail: String::new(),
+            handed,
+        }
+    }
+
+    #[test]
+    fn what_the_guest_handed_is_its_own_output_and_the_hosts_shortages_stay_the_hosts() {
+        let policy = RetryPolicy::default();
+        let unreadable = || wasmtime::format_err!("string pointer/length out of bounds of memory");
+        // After the guest's code ran in its call: its value.
+        let failure = classify(&unreadable(), &evidence(true), &policy);
+        assert_eq!(failure.class, FailureClass::InvalidOutput, "{failure}");
+        assert!(!failure.retryable);
+        assert!(failure.message.contains("out of bounds"), "{failure}");
+        // Before it ran (lowering the host's own arguments, instantiating):
+        // the host's.
+        let failure = classify(&unreadable(), &evidence(false), &policy);
+        assert_eq!(failure.class, FailureClass::Host, "{failure}");
+        // Memory the host could not find is the host's, whenever.
+        let oom = wasmtime::Error::new(wasmtime::OutOfMemory::new(4096));
+        let failure = classify(&oom, &evidence(true), &policy);
+        assert_eq!(failure.class, FailureClass::Host, "{failure}");
+        assert!(failure.retryable);
+    }
 }

@@ -104,6 +104,10 @@ pub(crate) struct TaskState {
     pub(crate) max_details: usize,
     pub(crate) labels: Arc<TaskLabels>,
     pub(crate) watchdog: Watchdog,
+    /// Whether the guest's code has run since its call began (its export,
+    /// or its `realloc` asked for room for the arguments): set by the call
+    /// hook, read only to classify an error that has no trap and no frame.
+    pub(crate) entered: bool,
 }
 
 impl TaskState {

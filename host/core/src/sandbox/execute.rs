@@ -32,7 +32,7 @@ use super::failure::{Failure, FailureClass, Outcome};
 use super::http::HttpPolicy;
 use super::limits::{Limiter, Limits};
 use super::observer::{Stream, TaskObserver, Unobserved};
-use super::outcome::{Ended, Ending, classify_ending, finish, json_len};
+use super::outcome::{Ended, Ending, Phase, classify_ending, finish, json_len};
 use super::shadow::Tape;
 use super::signature::ActivityType;
 use super::stdio::{Capture, GuestOutput};
@@ -161,7 +161,7 @@ impl Sandbox {
             observer: &task.observer,
         };
         let (ended, instance) = race.run(&mut store, instance, tasks, results).await;
-        let returned = matches!(ended, Ended::Returned(Ok(())));
+        let returned = matches!(ended, Ended::Returned);
         lock(&capture).finish();
         let secrets = &tenant.capabilities.secrets;
         let data = store.data();
@@ -179,6 +179,7 @@ impl Sandbox {
                 secrets,
                 cancelled: task.cancel.is_cancelled(),
                 fired: data.watchdog.fired,
+                entered: data.entered,
                 breach: data.limiter.breach.as_ref(),
                 capture: &capture,
             },
@@ -237,10 +238,15 @@ impl Sandbox {
         // Deadlines and cancels hold inside host calls too, and a guest
         // living in host calls still yields: see `watchdog`.
         store.call_hook(|mut store, hook| {
-            if !matches!(hook, CallHook::CallingHost) {
-                return Ok(());
-            }
             let state = store.data_mut();
+            match hook {
+                CallHook::CallingHost => {}
+                CallHook::CallingWasm => {
+                    state.entered = true;
+                    return Ok(());
+                }
+                CallHook::ReturningFromHost | CallHook::ReturningFromWasm => return Ok(()),
+            }
             let cancelled = state.cancel.is_cancelled();
             match state.watchdog.on_host_call(Instant::now(), cancelled) {
                 Verdict::Continue => Ok(()),
@@ -430,6 +436,7 @@ fn prepare(
         max_details: limits.max_output,
         labels,
         watchdog: Watchdog::new(started, timeout, limits.cancel_grace),
+        entered: false,
     };
     Ok(Prepared {
         state,
@@ -474,20 +481,25 @@ impl Race<'_> {
                         .pre
                         .instantiate_async(&mut *store)
                         .instrument(tracing::debug_span!(target: PHASES, "instantiate"))
-                        .await?;
+                        .await
+                        .map_err(|e| (e, Phase::Instantiating))?;
                     self.observer.instantiated(self.started.elapsed());
                     instance
                 }
             };
             made = Some(instance);
+            // What instantiation ran (start functions) is not the call.
+            store.data_mut().entered = false;
             let func = instance
                 .get_func(&mut *store, self.activity.export)
                 .ok_or_else(|| {
-                    wasmtime::Error::msg(format!("export `{}` vanished", self.activity.name))
+                    let vanished = format!("export `{}` vanished", self.activity.name);
+                    (wasmtime::Error::msg(vanished), Phase::Instantiating)
                 })?;
             func.call_async(&mut *store, self.params, results)
                 .instrument(tracing::debug_span!(target: PHASES, "guest"))
                 .await
+                .map_err(|e| (e, Phase::Calling))
         };
         let deadline = async {
             match self.timeout {
@@ -501,7 +513,10 @@ impl Race<'_> {
         };
         let ended = tokio::select! {
             biased;
-            returned = call => Ended::Returned(returned),
+            returned = call => match returned {
+                Ok(()) => Ended::Returned,
+                Err((error, phase)) => Ended::Failed(error, phase),
+            },
             () = deadline => Ended::DeadlineReached(self.timeout.unwrap_or_default()),
             () = interrupt => Ended::Interrupted,
         };

@@ -20,9 +20,22 @@ use crate::sync::lock;
 
 /// How the race between the guest, the deadline and cancellation ended.
 pub(crate) enum Ended {
-    Returned(wasmtime::Result<()>),
+    Returned,
+    /// Instantiation or the call failed (a trap, a limit, a host call's
+    /// error, a value wasmtime could not carry across the boundary).
+    Failed(wasmtime::Error, Phase),
     DeadlineReached(Duration),
     Interrupted,
+}
+
+/// Where a failed task was when it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Making the instance: the pool, the guest's start functions.
+    Instantiating,
+    /// In the guest's call: lowering the arguments into it, running it,
+    /// lifting its result out of it.
+    Calling,
 }
 
 /// What the classification of an ending reads besides the ending itself.
@@ -36,6 +49,8 @@ pub(crate) struct Ending<'a> {
     pub(crate) cancelled: bool,
     /// Set when the watchdog stopped the guest inside a host call.
     pub(crate) fired: Option<Interrupt>,
+    /// Whether the guest's code ran in its call (see `TaskState::entered`).
+    pub(crate) entered: bool,
     /// Which store limit the guest hit, if one.
     pub(crate) breach: Option<&'a Breach>,
     /// The guest's output, whose stderr tail explains a fault (read only
@@ -47,7 +62,7 @@ pub(crate) struct Ending<'a> {
 pub(crate) fn classify_ending(ended: Ended, e: Ending<'_>) -> Outcome {
     let policy = e.policy;
     match ended {
-        Ended::Returned(Ok(())) => {
+        Ended::Returned => {
             let outcome = result_to_outcome(e.result_type, e.returned, e.limits, policy, e.secrets);
             match outcome {
                 Err(failure) if e.cancelled && failure.class == FailureClass::Application => {
@@ -62,7 +77,7 @@ pub(crate) fn classify_ending(ended: Ended, e: Ending<'_>) -> Outcome {
                 other => other,
             }
         }
-        Ended::Returned(Err(error)) => match e.fired {
+        Ended::Failed(error, phase) => match e.fired {
             Some(Interrupt::Deadline(limit)) => Err(timeout_failure(limit, policy)),
             Some(Interrupt::Cancel(grace)) => Err(interrupted_failure(grace, policy)),
             None => {
@@ -72,6 +87,7 @@ pub(crate) fn classify_ending(ended: Ended, e: Ending<'_>) -> Outcome {
                     max_output: e.limits.max_output,
                     max_handles: e.limits.max_handles,
                     stderr_tail: lock(e.capture).stderr_tail(),
+                    handed: phase == Phase::Calling && e.entered,
                 };
                 Err(classify(&error, &evidence, policy))
             }
