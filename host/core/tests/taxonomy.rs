@@ -316,6 +316,20 @@ async fn oversized_output_and_bad_heartbeats_are_invalid_output() {
         f.message
     );
 
+    // The guest's failure counts its kind too: 600 bytes of kind, and
+    // the message that repeats it, are over 1000 only together.
+    let run = m
+        .call("demo:misbehave/api.fail")
+        .args([json!("K".repeat(600)), json!(false)])
+        .run()
+        .await;
+    let f = run.expect_failure(FailureClass::InvalidOutput);
+    assert!(
+        f.message.contains("the guest's failure is"),
+        "{}",
+        f.message
+    );
+
     let run = m.call("demo:misbehave/api.bad-heartbeat").run().await;
     let f = run.expect_failure(FailureClass::InvalidOutput);
     assert!(

@@ -241,7 +241,8 @@ fn guest_failure(
 /// The guest's own failure record, or `InvalidOutput` if it is over the
 /// output limit.
 fn bounded(failure: Failure, limits: &Limits, policy: &RetryPolicy) -> Failure {
-    let size = failure.message.len() + failure.details.as_ref().map_or(0, json_len);
+    let size =
+        failure.kind.len() + failure.message.len() + failure.details.as_ref().map_or(0, json_len);
     if size > limits.max_output {
         return Failure::new(
             FailureClass::InvalidOutput,
