@@ -76,7 +76,7 @@ fn typed_activities_run_by_full_name_and_by_alias() {
 fn failures_are_classified_and_retried_per_their_flag() {
     let server = TemporalServer::start();
     let queue = unique("q");
-    let _corral = Corral::serve(&config(&server, &queue, LIMITS));
+    let corral = Corral::serve(&config(&server, &queue, LIMITS));
 
     // A non-retryable application failure: FAILED at attempt 1, with the
     // guest's kind, flag and details.
@@ -93,6 +93,35 @@ fn failures_are_classified_and_retried_per_their_flag() {
     assert_eq!(info["nonRetryable"], true);
     assert_eq!(info["details"], json!([{"why": "asked to"}]));
     assert_eq!(describe(&server, &id)["attempt"], 1);
+
+    // The guest chooses its failure's kind and message: the engine gets
+    // them whole, the host's log escaped (no line forged, no terminal
+    // escape) and bounded.
+    let forged = format!(
+        "Declined\n2026-12-05T05:30:00.000000Z ERROR corral: FORGED{}[2J{}",
+        '\u{1b}',
+        "x".repeat(5000)
+    );
+    let (_, out) = execute(
+        &server,
+        &queue,
+        "demo:misbehave/api.fail",
+        &[&json!(forged).to_string(), "false"],
+        &FAST_RETRY,
+    );
+    assert_eq!(out["failure"]["applicationFailureInfo"]["type"], forged);
+    corral.await_logged("Declined\\n2026", 2);
+    let log = corral.stderr();
+    assert!(
+        !log.lines()
+            .any(|line| line.starts_with("2026-12-05T05:30:00")),
+        "a forged line in the host's log:\n{log}"
+    );
+    assert!(!log.contains('\u{1b}'), "an escape in the host's log");
+    assert!(
+        !log.contains(&"x".repeat(2500)),
+        "the kind whole in the log"
+    );
 
     // Retryable until attempt 3, then success: the guest sees the attempt.
     let (id, out) = execute(

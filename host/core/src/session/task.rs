@@ -66,7 +66,15 @@ pub(super) async fn run(
                 COMPLETED
             }
             Report::Failed(f) | Report::Cancelled(f) => {
-                tracing::info!(elapsed = ?started.elapsed(), class = %f.class, kind = %f.kind, "failed: {}", f.message);
+                // The guest chose the kind and message (its own failure
+                // record, or its panic text): escaped and bounded here.
+                tracing::info!(
+                    elapsed = ?started.elapsed(),
+                    class = %f.class,
+                    kind = %Shown(&f.kind, MAX_NAME),
+                    "failed: {}",
+                    Shown(&f.message, MAX_LOGGED_MESSAGE)
+                );
                 f.class.as_str()
             }
         };
@@ -80,6 +88,10 @@ pub(super) async fn run(
     .instrument(span)
     .await
 }
+
+/// Most of a failure's or an engine's message the log keeps: the engine
+/// has the whole failure.
+const MAX_LOGGED_MESSAGE: usize = 2048;
 
 /// `executing`, with a panic in it (a bug of the host's, never a guest's
 /// doing) ending the task as a `Host` failure that is reported like any
@@ -368,19 +380,25 @@ async fn deliver(
         match connector.report(key, report.clone()).await {
             Ok(()) => return,
             Err(e) if !e.retryable => {
-                tracing::warn!("the engine refused the report: {}", e.message);
+                tracing::warn!(
+                    "the engine refused the report: {}",
+                    Shown(&e.message, MAX_LOGGED_MESSAGE)
+                );
                 return;
             }
             Err(e) => {
                 if give_up.is_some_and(|at| Instant::now() >= at) {
                     tracing::error!(
                         "giving up reporting long after the task's deadline (the engine has timed it out): {}",
-                        e.message
+                        Shown(&e.message, MAX_LOGGED_MESSAGE)
                     );
                     return;
                 }
                 let wait = backoff.upcoming();
-                tracing::warn!("reporting failed, retrying in {wait:?}: {}", e.message);
+                tracing::warn!(
+                    "reporting failed, retrying in {wait:?}: {}",
+                    Shown(&e.message, MAX_LOGGED_MESSAGE)
+                );
                 backoff.wait().await;
             }
         }

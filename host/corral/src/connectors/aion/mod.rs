@@ -68,6 +68,9 @@ struct Unacked {
     frame: wire::ActivityResult,
 }
 
+/// Most of the server's or the network's text the log keeps of one error.
+const MAX_LOGGED: usize = 1024;
+
 /// What the connector and its stream driver share.
 struct Shared {
     tenant: String,
@@ -114,7 +117,8 @@ impl Shared {
         let (attempt, mut start) = match frames::task(task, &self.tenant, self.heartbeat_every()) {
             Ok(parsed) => parsed,
             Err(e) => {
-                tracing::warn!(tenant = %self.tenant, "ignoring a malformed task: {e}");
+                let e = e.to_string();
+                tracing::warn!(tenant = %self.tenant, "ignoring a malformed task: {}", Shown(&e, MAX_LOGGED));
                 return None;
             }
         };

@@ -15,9 +15,10 @@ use tonic::metadata::MetadataValue;
 
 use super::wire::worker_protocol_client::WorkerProtocolClient;
 use super::wire::{self, server_to_worker::Message as ServerFrame, worker_to_server::Message};
-use super::{Shared, frames};
+use super::{MAX_LOGGED, Shared, frames};
 use corral_core::backoff::{Backoff, Try, patiently};
 use corral_core::session::{CancelReason, Inbound};
+use corral_core::shown::Shown;
 use corral_core::sync::lock;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
@@ -86,7 +87,7 @@ pub(super) async fn register_patiently(
         tracing::warn!(
             "cannot reach the Aion server at {} yet, retrying in {wait:?}: {}",
             shared.binding.address,
-            failed.message()
+            Shown(failed.message(), MAX_LOGGED)
         );
     })
     .await;
@@ -223,7 +224,7 @@ pub(super) async fn drive(
                 tracing::info!(tenant = %shared.tenant, "drained: everything reported; registering again");
             }
             End::Dropped(e) => {
-                tracing::warn!(tenant = %shared.tenant, "the Aion stream dropped: {e}");
+                tracing::warn!(tenant = %shared.tenant, "the Aion stream dropped: {}", Shown(&e, MAX_LOGGED));
             }
         }
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
@@ -238,11 +239,12 @@ pub(super) async fn drive(
                     let wait = backoff.upcoming();
                     match &failed {
                         Failed::Refused(message) => {
-                            tracing::error!(tenant = %shared.tenant, "{message}")
+                            tracing::error!(tenant = %shared.tenant, "{}", Shown(message, MAX_LOGGED))
                         }
                         Failed::Transport(message) => tracing::warn!(
                             tenant = %shared.tenant,
-                            "reconnecting to the Aion server failed, retrying in {wait:?}: {message}"
+                            "reconnecting to the Aion server failed, retrying in {wait:?}: {}",
+                            Shown(message, MAX_LOGGED)
                         ),
                     }
                 }
@@ -310,7 +312,7 @@ async fn serve(
                     Err(failed) => tracing::error!(
                         tenant = %shared.tenant,
                         "the new activity types are not served on Aion (still serving the previous ones): {}",
-                        failed.message()
+                        Shown(failed.message(), MAX_LOGGED)
                     ),
                 }
             }

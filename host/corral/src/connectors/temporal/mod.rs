@@ -34,10 +34,13 @@ use corral_core::session::{
     Args, CancelReason, Connector, HeartbeatDetails, Inbound, InputError, Permits, Report,
     ReportError, TaskKey, TaskStart,
 };
+use corral_core::shown::Shown;
 
 /// How soon an activity without a heartbeat timeout learns it was
 /// cancelled.
 const CANCEL_LATENCY: Duration = Duration::from_secs(2);
+/// Most of the server's or the network's text the log keeps of one error.
+const MAX_LOGGED: usize = 1024;
 
 /// One tenant's Temporal worker.
 pub struct TemporalConnector {
@@ -169,7 +172,11 @@ async fn connect_with_retry(
     };
     let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     patiently(patience, backoff, attempt, |e, wait| {
-        tracing::warn!("cannot reach {url} yet, retrying in {wait:?}: {e}");
+        let e = e.to_string();
+        tracing::warn!(
+            "cannot reach {url} yet, retrying in {wait:?}: {}",
+            Shown(&e, MAX_LOGGED)
+        );
     })
     .await
     .map_err(anyhow::Error::new)
@@ -283,7 +290,8 @@ impl Connector for TemporalConnector {
                 Err(PollError::ShutDown) => return None,
                 Err(e) => {
                     let wait = backoff.upcoming();
-                    tracing::warn!(tenant = %self.tenant, "polling Temporal failed, retrying in {wait:?}: {e}");
+                    let e = e.to_string();
+                    tracing::warn!(tenant = %self.tenant, "polling Temporal failed, retrying in {wait:?}: {}", Shown(&e, MAX_LOGGED));
                     backoff.wait().await;
                 }
             }
