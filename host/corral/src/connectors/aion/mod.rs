@@ -129,9 +129,6 @@ impl Shared {
             self.send(attempt.refusal(reason));
             None
         };
-        if self.stopping.is_cancelled() {
-            return refuse("the worker is shutting down".to_owned());
-        }
         // Pushed again while it runs here: the running one reports. Run
         // twice, it held two permits' worth under one entry (and gave one
         // back early); refused, the server would hand it to another worker.
@@ -141,6 +138,24 @@ impl Shared {
         if held.contains_key(&start.key) {
             tracing::info!(tenant = %self.tenant, %activity_type, "a task pushed again while it runs here: its run reports");
             return None;
+        }
+        // Pushed again after it ended here, its result not yet
+        // acknowledged (lost on the way, or crossed with the push): the
+        // result goes again; the task does not run twice. A report moves
+        // its task from `held` to `unacked` under the `held` lock, so one
+        // of the two has it.
+        let sent = lock(&self.unacked).get(&start.key).map(|u| u.frame.clone());
+        if let Some(frame) = sent {
+            drop(held);
+            tracing::info!(tenant = %self.tenant, %activity_type, "a task pushed again after it ended here: its result is sent again");
+            self.send(wire::worker_to_server::Message::Result(frame));
+            return None;
+        }
+        // Only a task new here is refused for shutting down: one running
+        // or ended here is answered above (refused, the server would hand
+        // it to another worker, a second run).
+        if self.stopping.is_cancelled() {
+            return refuse("the worker is shutting down".to_owned());
         }
         let names = self
             .permits
@@ -264,15 +279,25 @@ impl Connector for AionConnector {
 
     async fn report(&self, key: &TaskKey, report: Report) -> Result<(), ReportError> {
         let shared = &self.shared;
-        let held = lock(&shared.held).remove(key);
-        let frame = match held {
-            Some(held) => {
-                let frame = held.attempt.result(&report);
+        // The frame is built outside the lock (a result of up to the output
+        // limit); only a report takes a task out of `held`, so it is still
+        // there after.
+        let attempt = lock(&shared.held).get(key).map(|h| h.attempt.clone());
+        let frame = match attempt {
+            Some(attempt) => {
+                let frame = attempt.result(&report);
                 let unacked = Unacked {
-                    pair: held.attempt.pair(),
+                    pair: attempt.pair(),
                     frame: frame.clone(),
                 };
-                lock(&shared.unacked).insert(key.clone(), unacked);
+                // From `held` to `unacked` under the `held` lock: a push of
+                // this task in between finds it in one of the two (see
+                // `accept`).
+                let held = {
+                    let mut running = lock(&shared.held);
+                    lock(&shared.unacked).insert(key.clone(), unacked);
+                    running.remove(key)
+                };
                 // The permit goes back with `held`: the task is done.
                 drop(held);
                 shared.changed.notify_waiters();

@@ -45,6 +45,10 @@ struct Script {
     release: Arc<tokio::sync::Notify>,
     /// Pushed on the first stream right after the second one's ack.
     after_replace: Vec<Down>,
+    /// The first result is not acknowledged: its task is pushed again
+    /// instead (as a server that lost the result, or whose push crossed
+    /// it, does).
+    repush_first_result: bool,
 }
 
 fn ping(liveness_ping: u64) -> Down {
@@ -139,12 +143,21 @@ impl WorkerProtocol for Scripted {
         }
         let send = move |frame: Down| push(&down, frame);
         let break_first = self.script.break_first;
+        let mut repush = self.script.repush_first_result;
         let seen = self.seen.clone();
         tokio::spawn(async move {
             while let Ok(Some(wire::WorkerToServer {
                 message: Some(frame),
             })) = up.message().await
             {
+                if let (Up::Result(r), true) = (&frame, repush) {
+                    repush = false;
+                    let workflow = r.workflow_id.clone().unwrap_or_default().uuid;
+                    let position = r.activity_id.unwrap_or_default().sequence_position;
+                    seen.lock().unwrap().push((stream, frame.clone()));
+                    send(task_of(&workflow, position, &r.completion_token));
+                    continue;
+                }
                 let ack = match &frame {
                     Up::Result(r) => Some(Down::ResultAck(wire::ResultAck {
                         workflow_id: r.workflow_id.clone(),
@@ -530,5 +543,37 @@ async fn attempts_whose_ids_would_join_to_one_key_are_kept_apart() {
         ]
     );
     assert!(refused.is_empty(), "refused {refused:?}");
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_pushed_again_before_its_result_is_acknowledged_gets_the_result_not_a_second_run() {
+    let script = Script {
+        first: vec![task_at("t1", 1)],
+        repush_first_result: true,
+        ..Script::default()
+    };
+    let served = serve_script(script, &answer(0), 1, &[]).await;
+    served.until(|frames| !answered(frames).0.is_empty()).await;
+    // Answered at the push, not by the report's own retry after its wait
+    // for an acknowledgement.
+    let first = std::time::Instant::now();
+    served.until(|frames| answered(frames).0.len() >= 2).await;
+    assert!(
+        first.elapsed() < ACK_WAIT,
+        "the result went again only after {:?}",
+        first.elapsed()
+    );
+    let (results, refused) = answered(&served.seen.lock().unwrap());
+    assert_eq!(
+        results,
+        [
+            ("w".to_owned(), "t1".to_owned()),
+            ("w".to_owned(), "t1".to_owned())
+        ]
+    );
+    assert!(refused.is_empty(), "refused {refused:?}");
+    let outcomes = served.session.metrics.outcomes("t");
+    assert_eq!(outcomes.values().sum::<u64>(), 1, "ran {outcomes:?}");
     served.stop().await;
 }
