@@ -8,6 +8,7 @@
 pub mod config;
 pub mod connectors;
 pub mod control;
+pub mod descriptors;
 pub mod dev_server;
 pub mod log;
 pub mod oci;

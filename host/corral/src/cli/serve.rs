@@ -136,6 +136,7 @@ pub async fn run(
     ready: impl FnOnce(&Arc<Catalog>),
 ) -> anyhow::Result<()> {
     let json = config.host.log_json;
+    corral::descriptors::prepare(&config);
     let (store, index) = match &config.host.data_dir {
         Some(dir) => Store::open(dir)?,
         None => (Store::in_memory(), Index::default()),
