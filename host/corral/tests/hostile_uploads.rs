@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use common::activities::{json_of, text};
 use common::admin::Host;
 use common::example;
+use common::processes::forgery;
 use common::registry::Registry;
 use corral::control::proto::{self, admin_client::AdminClient, upload_request};
 
@@ -180,11 +181,7 @@ fn labels_and_config_are_bounded_counted_and_never_the_hosts() {
 fn a_tenant_name_a_caller_chose_cannot_forge_a_line_in_the_hosts_log() {
     let host = Host::new("");
     let corral = host.serve(["", ""]);
-    let forged = format!(
-        "beta\n2026-12-05T05:30:00.000000Z ERROR corral::control: FORGED wiping data_dir{}[2J{}",
-        '\u{1b}',
-        "x".repeat(4000)
-    );
+    let forged = forgery("beta", 4000);
     let echo = example("echo").display().to_string();
     let out = host.cli(
         &host.tokens[0].token,
@@ -195,17 +192,7 @@ fn a_tenant_name_a_caller_chose_cannot_forge_a_line_in_the_hosts_log() {
     assert!(said.contains("cannot act on tenant `beta\\n2026"), "{said}");
     assert!(said.len() < 1024, "{} bytes: {said}", said.len());
     corral.await_logged("upload refused", 1);
-    let log = corral.stderr();
-    assert!(
-        !log.lines()
-            .any(|line| line.starts_with("2026-12-05T05:30:00")),
-        "a forged line in the host's log:\n{log}"
-    );
-    assert!(!log.contains('\u{1b}'), "an escape in the host's log");
-    assert!(
-        !log.contains(&"x".repeat(1000)),
-        "the name whole in the host's log"
-    );
+    corral.assert_not_forged(1000);
 }
 
 /// A client that skips `corral deploy`'s own check and sends a deployment

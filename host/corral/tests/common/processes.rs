@@ -245,6 +245,20 @@ impl Drop for TemporalServer {
     }
 }
 
+/// The start of the line [`forgery`] forges in corral's log.
+const FORGED_AT: &str = "2026-12-05T05:30:00";
+
+/// Text a caller chooses to forge a line in corral's log: `start`, a
+/// newline, a line in corral's own format with a terminal escape, then
+/// `filler` bytes of `x`.
+pub fn forgery(start: &str, filler: usize) -> String {
+    format!(
+        "{start}\n{FORGED_AT}.000000Z ERROR corral::control: FORGED wiping data_dir{}[2J{}",
+        '\u{1b}',
+        "x".repeat(filler)
+    )
+}
+
 /// `corral serve` (or `corral dev`), its output collected.
 pub struct Corral {
     child: Child,
@@ -398,6 +412,21 @@ impl Corral {
     /// Everything corral wrote to stderr so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().join("\n")
+    }
+
+    /// Asserts that a [`forgery`] left no line of its own in corral's log,
+    /// no terminal escape, and no run of `kept` bytes of its filler.
+    pub fn assert_not_forged(&self, kept: usize) {
+        let log = self.stderr();
+        assert!(
+            !log.lines().any(|line| line.starts_with(FORGED_AT)),
+            "a forged line in the host's log:\n{log}"
+        );
+        assert!(!log.contains('\u{1b}'), "an escape in the host's log");
+        assert!(
+            !log.contains(&"x".repeat(kept)),
+            "the caller's text whole in the host's log"
+        );
     }
 
     /// The process id of corral itself (the child of its watchdog shell).
