@@ -6,7 +6,8 @@
 //! the one that has used least CPU for its weight (its virtual runtime)
 //! goes next, and its oldest waiting task runs. A tenant that wakes up
 //! starts at the virtual runtime of the tenant chosen last, so the time it
-//! slept is not owed to it. A tenant with a cap that has used its cap's
+//! slept is not owed to it; a busy one falls at most [`MAX_LAG`] behind
+//! it, so CPU it left unused is not owed either. A tenant with a cap that has used its cap's
 //! worth of the current window waits for the next window.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -101,6 +102,14 @@ impl<W> Account<W> {
     }
 }
 
+/// How far behind the floor a busy tenant's virtual runtime may fall (in
+/// nanoseconds of CPU at the default weight): a tenant whose few tasks
+/// used less than its share is not owed the difference, as one that slept
+/// is not. Without a bound it was: one task a second under its share for an
+/// hour, then a flood of tasks, and every other tenant waited an hour.
+/// 20 slices: after a flood, the others wait at most about that long.
+const MAX_LAG: u128 = 20_000_000;
+
 /// CPU a cap allows per window.
 fn budget(max: CpuMax) -> Duration {
     CAP_WINDOW * max.millicores() / 1000
@@ -154,10 +163,14 @@ impl<W: PartialEq> Fair<W> {
             });
         // A reloaded policy applies from the next slice.
         account.share = share;
-        if account.waiting.is_empty() && account.running == 0 {
+        account.vruntime = if account.waiting.is_empty() && account.running == 0 {
             // Waking up: no credit for the time it slept.
-            account.vruntime = account.vruntime.max(floor);
-        }
+            account.vruntime.max(floor)
+        } else {
+            // Busy, but perhaps under its share: no more than a bounded
+            // credit for it.
+            account.vruntime.max(floor.saturating_sub(MAX_LAG))
+        };
         // A task is in line once at most: `cancel` takes out the first.
         debug_assert!(!account.waiting.contains(&waiter), "in line twice");
         if self.waiting == 0 && self.running < self.slots && account.capped_until(now).is_none() {
@@ -190,6 +203,7 @@ impl<W: PartialEq> Fair<W> {
         if let Some(account) = self.tenants.get_mut(tenant) {
             account.running = account.running.saturating_sub(1);
             account.charge(used, now);
+            account.vruntime = account.vruntime.max(self.floor.saturating_sub(MAX_LAG));
             debug_assert!(
                 again.as_ref().is_none_or(|w| !account.waiting.contains(w)),
                 "in line twice"
@@ -448,6 +462,50 @@ mod tests {
             order.push(holder);
         }
         assert_eq!(order, vec![2, 1, 2, 1, 2, 1], "{order:?}");
+    }
+
+    #[test]
+    fn a_tenant_under_its_share_for_long_cannot_then_shut_the_others_out() {
+        // Two cores. `steady` (weight 100) and `trickle` (weight 300) run
+        // one task each for 10 s: a core each, so `trickle` uses a third of
+        // its weighted share and falls behind.
+        let mut fair = Fair::new(2);
+        let (steady, trickle): (Arc<str>, Arc<str>) = (Arc::from("steady"), Arc::from("trickle"));
+        let tenant = |id: u32| if id == 1 { &steady } else { &trickle };
+        let shares = |id: u32| share(if id == 1 { 100 } else { 300 }, None);
+        let mut now = Instant::now();
+        let mut running: Vec<u32> = Vec::new();
+        for id in [1, 2] {
+            running.extend(fair.request(tenant(id), shares(id), id, now).granted);
+        }
+        let run =
+            |fair: &mut Fair<u32>, running: &mut Vec<u32>, now: &mut Instant, slices: usize| {
+                let mut steady_got = Duration::ZERO;
+                for _ in 0..slices {
+                    *now += SLICE;
+                    for id in std::mem::take(running) {
+                        if id == 1 {
+                            steady_got += SLICE;
+                        }
+                        running.extend(fair.release(tenant(id), SLICE, Some(id), *now).granted);
+                    }
+                }
+                steady_got
+            };
+        run(&mut fair, &mut running, &mut now, 10_000);
+        // Then `trickle` floods: 20 more tasks.
+        for id in 3..23 {
+            running.extend(fair.request(&trickle, shares(id), id, now).granted);
+        }
+        // Over the next second, `steady` gets its weighted share (a quarter
+        // of two cores: half a core, all its one task can use of it), less
+        // the bounded credit `trickle` kept. Without the bound it got
+        // nothing for the next 15 s.
+        let got = run(&mut fair, &mut running, &mut now, 1_000);
+        assert!(
+            got >= Duration::from_millis(450),
+            "steady got {got:?} of the second after the flood"
+        );
     }
 
     #[test]
