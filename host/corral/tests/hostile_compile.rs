@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::activities::text;
 use common::admin::{Host, path};
 use common::example;
-use common::processes::{compile_workers, state_and_parent};
+use common::processes::{compile_workers, nice_of, state_and_parent};
 
 /// How late a deadline may be met on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_secs(8);
@@ -107,6 +107,13 @@ fn a_compile_under_way_neither_holds_the_host_past_its_stop_nor_outlives_it() {
         assert!(Instant::now() < deadline, "no compile worker started");
         std::thread::sleep(Duration::from_millis(50));
     };
+    // It compiles below the host's priority, as guests run.
+    let (host_nice, worker_nice) = (nice_of(pid), nice_of(worker));
+    assert_eq!(
+        worker_nice,
+        host_nice.map(|n| (n + 10).min(19)),
+        "the compile worker's nice beside the host's"
+    );
     // Held where it is: the compile outlasts the stop, however fast the
     // machine (until its 30 s deadline, when its host's watcher kills it).
     for (signal, whom) in [("-STOP", worker), ("-TERM", pid)] {

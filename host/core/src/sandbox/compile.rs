@@ -22,6 +22,7 @@ use wasmtime::Engine;
 
 use super::config::{CompileLimits, wasm_config};
 use super::limits::format_bytes;
+use crate::session::cpu::GUEST_NICE;
 
 /// Where a component's bytes are: in memory, or in a file (an upload or a
 /// pull staged on disk, a stored version), which a compile worker reads
@@ -154,8 +155,9 @@ pub(crate) fn compile_in_worker(
         // Only the worker's own message, never the host's log settings.
         .env_remove("RUST_LOG");
     let host = std::process::id();
-    // SAFETY: between fork and exec the closure calls only setrlimit, prctl
-    // and getppid, which are async-signal-safe, and allocates nothing.
+    // SAFETY: between fork and exec the closure calls only setrlimit, prctl,
+    // getppid, getpriority and setpriority (system calls, async-signal-safe
+    // in practice), and allocates nothing.
     unsafe {
         command.pre_exec(move || {
             // The worker dies with the thread that waits for it, so with
@@ -179,6 +181,12 @@ pub(crate) fn compile_in_worker(
                     Err(std::io::Error::last_os_error())
                 }
             };
+            // Below the host's priority, as guests run: a tenant's uploads
+            // (a compile may take minutes of CPU on several cores) take
+            // the CPU the host's own work leaves. Refused, it compiles at
+            // the host's.
+            let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+            let _ = libc::setpriority(libc::PRIO_PROCESS, 0, (nice + GUEST_NICE).min(19));
             cap(libc::RLIMIT_DATA, memory)?;
             // The artifact is built in the worker's memory: it cannot be
             // larger, and a worker writing more is stopped (SIGXFSZ).

