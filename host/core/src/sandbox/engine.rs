@@ -33,6 +33,9 @@ pub struct Sandbox {
     pub(crate) activity: super::idle::Activity,
     /// Instances kept between a reusing tenant's tasks (see `warm`).
     pub(crate) warm: Arc<super::warm::WarmHost>,
+    /// Advances the epoch while tasks run: slices by the clock (see
+    /// `ticker`).
+    pub(crate) ticker: super::ticker::Ticker,
 }
 
 pub(crate) type LoadedByDigest =
@@ -140,6 +143,7 @@ impl Sandbox {
             super::component::remove_abandoned_artifacts(dir, age);
         }
         Ok(Arc::new(Sandbox {
+            ticker: super::ticker::Ticker::start(engine.clone()),
             engine,
             linker,
             loaded: Default::default(),

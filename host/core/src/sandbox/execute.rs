@@ -129,6 +129,7 @@ impl Sandbox {
         .map_err(|e| Failure::new(FailureClass::Host, policy, e))?;
         // Counted in: idle pool memory is never released under a task.
         let _running = self.activity.enter(started).await;
+        let _ticking = self.ticker.enter();
         let (mut store, instance, tasks) = match warm {
             Some(warm) => {
                 let Warm {
@@ -260,10 +261,13 @@ impl Sandbox {
                 Verdict::Stop(interrupt) => Err(wasmtime::Error::new(interrupt)),
             }
         });
-        // Only a watchdog's yield advances the engine's epoch, so a store's
-        // deadline of one tick is reached only then: the store that asked
-        // yields, any other running store checks its own watchdog and goes
-        // on (a flag read). The callback captures nothing: no allocation.
+        // The epoch advances at a watchdog's yield, and every `TICK` while
+        // tasks run (`ticker`): a store's deadline of one tick is reached
+        // then. Reaching it is a call into the host, which the hook above
+        // sees: a guest whose slice has run the watchdog's 1 ms yields here
+        // (a guest that never yields by fuel, at the next tick at most),
+        // any other goes on (a flag read). The callback captures nothing:
+        // no allocation.
         store.epoch_deadline_callback(|mut store| {
             Ok(if store.data_mut().watchdog.take_yield() {
                 UpdateDeadline::Yield(1)

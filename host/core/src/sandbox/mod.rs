@@ -25,6 +25,7 @@ mod signature;
 mod stdio;
 mod task_id;
 mod tenant;
+mod ticker;
 mod warm;
 mod watchdog;
 
@@ -48,4 +49,5 @@ pub use signature::{
     ActivityDescription, ActivityType, ParamDescription, UnsupportedExport, render,
 };
 pub use tenant::{PolicyError, PreparedTenant, SecretShadows, Tenant};
+pub use ticker::TICK;
 pub use warm::{DeploymentReuse, Reuse, ReuseError};

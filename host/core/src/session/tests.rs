@@ -99,10 +99,21 @@ fn fixture(transport_failures: u32) -> Fixture {
 }
 
 fn fixture_with(transport_failures: u32, permits: Permits) -> Fixture {
+    fixture_of(transport_failures, permits, SandboxConfig::default(), None)
+}
+
+/// A fixture on a sandbox configured as `config` (its pool sized to the
+/// host's slots), its tenant's fuel budget `fuel`.
+fn fixture_of(
+    transport_failures: u32,
+    permits: Permits,
+    config: SandboxConfig,
+    fuel: Option<u64>,
+) -> Fixture {
     // The pool is exactly the host's slots, as `corral serve` sizes it.
     let sandbox = Sandbox::new(SandboxConfig {
         max_instances: u32::try_from(permits.host_usage().limit).unwrap(),
-        ..SandboxConfig::default()
+        ..config
     })
     .unwrap();
     let bytes = wat::parse_str(COMPONENT).unwrap();
@@ -111,6 +122,7 @@ fn fixture_with(transport_failures: u32, permits: Permits) -> Fixture {
         name: "t".into(),
         limits: Limits {
             cancel_grace: Duration::from_millis(100),
+            fuel,
             ..Limits::default()
         },
         ..Tenant::default()
@@ -550,6 +562,60 @@ async fn a_task_whose_run_panics_is_reported_and_gives_its_slot_back() {
         }
     }
     assert_eq!(f.session.in_flight_count(), 0);
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
+
+/// Counts the tasks whose instance exists (about to call the guest).
+struct Instantiated(Arc<AtomicU32>);
+
+impl TaskObserver for Instantiated {
+    fn instantiated(&self, _took: Duration) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_that_yields_by_no_fuel_interval_still_gives_its_core_up_by_the_clock() {
+    // No fuel interval ever ends here (as memory-bound code's takes long
+    // to), so only the clock can end a slice; the spinners' fuel budget
+    // ends them in a second or so.
+    let config = SandboxConfig {
+        yield_every_fuel: u64::MAX / 2,
+        ..SandboxConfig::default()
+    };
+    let f = fixture_of(0, Permits::new(8, []), config, Some(1_000_000_000));
+    let serving = f.serve(Duration::from_secs(1));
+    // As many spinners as the scheduler has cores, each on one.
+    let cores = crate::session::cpu::host_slots();
+    let instantiated = Arc::new(AtomicU32::new(0));
+    for n in 0..cores {
+        let Inbound::Start(mut spinner) = start(format!("s{n}").as_bytes(), "spin") else {
+            unreachable!()
+        };
+        spinner.observer = Some(Arc::new(Instantiated(instantiated.clone())));
+        f.send.send(Inbound::Start(spinner)).await.unwrap();
+    }
+    f.until("every spinner spins", || {
+        instantiated.load(Ordering::SeqCst) as usize == cores
+    })
+    .await;
+    f.send.send(start(b"a", "answer")).await.unwrap();
+    // The answer is given a core at the end of a spinner's slice, within a
+    // tick: before any spinner has used its budget up (without the ticks,
+    // after one had).
+    let reports = f.wait_for_reports(cores + 1).await;
+    assert_eq!(reports[0].0, b"a", "{reports:?}");
+    assert!(
+        matches!(&reports[0].1, Report::Completed(v) if v == &json!(42)),
+        "{reports:?}"
+    );
+    for (_, report) in &reports[1..] {
+        assert!(
+            matches!(report, Report::Failed(f) if f.class == FailureClass::ResourceExhausted),
+            "{reports:?}"
+        );
+    }
     f.shutdown.cancel();
     serving.await.unwrap();
 }
