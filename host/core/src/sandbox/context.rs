@@ -104,9 +104,10 @@ pub(crate) struct TaskState {
     pub(crate) max_details: usize,
     pub(crate) labels: Arc<TaskLabels>,
     pub(crate) watchdog: Watchdog,
-    /// Whether the guest's code has run since its call began (its export,
-    /// or its `realloc` asked for room for the arguments): set by the call
-    /// hook, read only to classify an error that has no trap and no frame.
+    /// Whether the guest's code has run in its call (its export, or its
+    /// `realloc` asked for room for the arguments; not what instantiation
+    /// ran): set by the call hook, read only to classify an error that has
+    /// no trap and no frame.
     pub(crate) entered: bool,
 }
 

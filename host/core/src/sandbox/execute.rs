@@ -32,7 +32,7 @@ use super::failure::{Failure, FailureClass, Outcome};
 use super::http::HttpPolicy;
 use super::limits::{Limiter, Limits};
 use super::observer::{Stream, TaskObserver, Unobserved};
-use super::outcome::{Ended, Ending, Phase, classify_ending, finish, json_len};
+use super::outcome::{Ended, Ending, classify_ending, finish, json_len};
 use super::shadow::Tape;
 use super::signature::ActivityType;
 use super::stdio::{Capture, GuestOutput};
@@ -480,30 +480,29 @@ impl Race<'_> {
                     instance
                 }
                 None => {
-                    let instance = self
+                    let instantiated = self
                         .component
                         .pre
                         .instantiate_async(&mut *store)
                         .instrument(tracing::debug_span!(target: PHASES, "instantiate"))
-                        .await
-                        .map_err(|e| (e, Phase::Instantiating))?;
+                        .await;
+                    // What instantiation ran (start functions) is not the
+                    // guest's call, failed or not.
+                    store.data_mut().entered = false;
+                    let instance = instantiated?;
                     self.observer.instantiated(self.started.elapsed());
                     instance
                 }
             };
             made = Some(instance);
-            // What instantiation ran (start functions) is not the call.
-            store.data_mut().entered = false;
             let func = instance
                 .get_func(&mut *store, self.activity.export)
                 .ok_or_else(|| {
-                    let vanished = format!("export `{}` vanished", self.activity.name);
-                    (wasmtime::Error::msg(vanished), Phase::Instantiating)
+                    wasmtime::Error::msg(format!("export `{}` vanished", self.activity.name))
                 })?;
             func.call_async(&mut *store, self.params, results)
                 .instrument(tracing::debug_span!(target: PHASES, "guest"))
                 .await
-                .map_err(|e| (e, Phase::Calling))
         };
         let deadline = async {
             match self.timeout {
@@ -519,7 +518,7 @@ impl Race<'_> {
             biased;
             returned = call => match returned {
                 Ok(()) => Ended::Returned,
-                Err((error, phase)) => Ended::Failed(error, phase),
+                Err(error) => Ended::Failed(error),
             },
             () = deadline => Ended::DeadlineReached(self.timeout.unwrap_or_default()),
             () = interrupt => Ended::Interrupted,

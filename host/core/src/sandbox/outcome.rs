@@ -23,19 +23,9 @@ pub(crate) enum Ended {
     Returned,
     /// Instantiation or the call failed (a trap, a limit, a host call's
     /// error, a value wasmtime could not carry across the boundary).
-    Failed(wasmtime::Error, Phase),
+    Failed(wasmtime::Error),
     DeadlineReached(Duration),
     Interrupted,
-}
-
-/// Where a failed task was when it failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// Making the instance: the pool, the guest's start functions.
-    Instantiating,
-    /// In the guest's call: lowering the arguments into it, running it,
-    /// lifting its result out of it.
-    Calling,
 }
 
 /// What the classification of an ending reads besides the ending itself.
@@ -77,7 +67,7 @@ pub(crate) fn classify_ending(ended: Ended, e: Ending<'_>) -> Outcome {
                 other => other,
             }
         }
-        Ended::Failed(error, phase) => match e.fired {
+        Ended::Failed(error) => match e.fired {
             Some(Interrupt::Deadline(limit)) => Err(timeout_failure(limit, policy)),
             Some(Interrupt::Cancel(grace)) => Err(interrupted_failure(grace, policy)),
             None => {
@@ -87,7 +77,7 @@ pub(crate) fn classify_ending(ended: Ended, e: Ending<'_>) -> Outcome {
                     max_output: e.limits.max_output,
                     max_handles: e.limits.max_handles,
                     stderr_tail: lock(e.capture).stderr_tail(),
-                    handed: phase == Phase::Calling && e.entered,
+                    handed: e.entered,
                 };
                 Err(classify(&error, &evidence, policy))
             }
