@@ -186,12 +186,7 @@ fn signed(n: i64) -> usize {
 }
 
 /// Converts the payload of a top-level `result` case: `null` when the case
-/// has no payload.
-pub fn payload_to_json(ty: Option<Type>, val: Option<Val>) -> Result<Value, ConvertError> {
-    payload_to_json_filtering(ty, val, &|_| {})
-}
-
-/// [`payload_to_json`], each `list<u8>` passed through `bytes` (see
+/// has no payload. Each `list<u8>` passes through `bytes` (see
 /// [`to_json_filtering`]).
 pub fn payload_to_json_filtering(
     ty: Option<Type>,

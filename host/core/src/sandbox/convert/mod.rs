@@ -26,9 +26,7 @@ mod to_wit;
 use std::fmt;
 
 pub use args::{ArgsError, positional};
-pub use from_wit::{
-    json_size_at_least, payload_to_json, payload_to_json_filtering, to_json, to_json_filtering,
-};
+pub use from_wit::{json_size_at_least, payload_to_json_filtering, to_json, to_json_filtering};
 pub use sample::sample;
 pub use schema::{input_schema, output_schema};
 pub use to_wit::{describe as describe_json, from_json};
