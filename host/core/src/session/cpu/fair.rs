@@ -7,8 +7,9 @@
 //! goes next, and its oldest waiting task runs. A tenant that wakes up
 //! starts at the virtual runtime of the tenant chosen last, so the time it
 //! slept is not owed to it; a busy one falls at most [`MAX_LAG`] behind
-//! it, so CPU it left unused is not owed either. A tenant with a cap that has used its cap's
-//! worth of the current window waits for the next window.
+//! it, so CPU it left unused is not owed either. A tenant with a cap that
+//! has used its cap's worth of the current window waits for the next
+//! window.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -91,6 +92,12 @@ impl<W> Account<W> {
         }
     }
 
+    /// Busy, but perhaps under its share: no more than a bounded credit
+    /// for the CPU it left unused ([`MAX_LAG`] behind `floor`).
+    fn keep_up(&mut self, floor: u128) {
+        self.vruntime = self.vruntime.max(floor.saturating_sub(MAX_LAG));
+    }
+
     /// Whether forgetting it changes nothing: nothing waiting or running,
     /// owed nothing (it would start at the floor anyway), owing its cap
     /// nothing.
@@ -163,14 +170,12 @@ impl<W: PartialEq> Fair<W> {
             });
         // A reloaded policy applies from the next slice.
         account.share = share;
-        account.vruntime = if account.waiting.is_empty() && account.running == 0 {
+        if account.waiting.is_empty() && account.running == 0 {
             // Waking up: no credit for the time it slept.
-            account.vruntime.max(floor)
+            account.vruntime = account.vruntime.max(floor);
         } else {
-            // Busy, but perhaps under its share: no more than a bounded
-            // credit for it.
-            account.vruntime.max(floor.saturating_sub(MAX_LAG))
-        };
+            account.keep_up(floor);
+        }
         // A task is in line once at most: `cancel` takes out the first.
         debug_assert!(!account.waiting.contains(&waiter), "in line twice");
         if self.waiting == 0 && self.running < self.slots && account.capped_until(now).is_none() {
@@ -203,7 +208,7 @@ impl<W: PartialEq> Fair<W> {
         if let Some(account) = self.tenants.get_mut(tenant) {
             account.running = account.running.saturating_sub(1);
             account.charge(used, now);
-            account.vruntime = account.vruntime.max(self.floor.saturating_sub(MAX_LAG));
+            account.keep_up(self.floor);
             debug_assert!(
                 again.as_ref().is_none_or(|w| !account.waiting.contains(w)),
                 "in line twice"
