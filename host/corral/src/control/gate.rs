@@ -381,57 +381,59 @@ impl AsyncRead for Guarded {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if let Err(e) = self.check_standing(cx) {
-            return Poll::Ready(Err(e));
-        }
         let before = buf.filled().len();
-        match Pin::new(&mut self.stream).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before {
-                    let next = Instant::now() + self.idle;
-                    self.silence.as_mut().reset(next);
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => match self.silence.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("the peer sent nothing for {:?}", self.idle),
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
+        let read = self.checked(cx, "the peer sent nothing", |stream, cx| {
+            stream.poll_read(cx, buf)
+        });
+        if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            let next = Instant::now() + self.idle;
+            self.silence.as_mut().reset(next);
         }
+        read
     }
 }
 
 impl Guarded {
-    /// A write or flush, held to the checks reads make. A peer that stops
-    /// reading while it sends (PINGs, say) blocks the host's writes, and
-    /// the HTTP/2 server reads nothing while its writes wait: the checks in
-    /// `poll_read` would never run again, and a stranger would outlive its
-    /// deadline (and, evicted, its slot) for as long as the peer liked.
-    fn checked_write<T>(
+    /// A read, write or flush, held to the connection's checks: its
+    /// standing (deadline, eviction) first, and its silence while the
+    /// operation waits (`idle` with nothing read), which ends it as
+    /// `waiting` for so long. Writes are held to them too: a peer that
+    /// stops reading while it sends (PINGs, say) blocks the host's writes,
+    /// and the HTTP/2 server reads nothing while its writes wait, so checks
+    /// on reads alone would never run again, and a stranger would outlive
+    /// its deadline (and, evicted, its slot) for as long as the peer liked.
+    fn checked<T>(
         &mut self,
         cx: &mut Context<'_>,
-        write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<T>>,
+        waiting: &str,
+        operation: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<T>>,
     ) -> Poll<io::Result<T>> {
         if let Err(e) = self.check_standing(cx) {
             return Poll::Ready(Err(e));
         }
-        match write(Pin::new(&mut self.stream), cx) {
+        match operation(Pin::new(&mut self.stream), cx) {
             Poll::Pending => match self.silence.as_mut().poll(cx) {
                 Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!(
-                        "the peer sent nothing the host read, nor took what it wrote, for {:?}",
-                        self.idle
-                    ),
+                    format!("{waiting} for {:?}", self.idle),
                 ))),
                 Poll::Pending => Poll::Pending,
             },
             done => done,
         }
+    }
+
+    /// [`Guarded::checked`] for a write or flush.
+    fn checked_write<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        self.checked(
+            cx,
+            "the peer sent nothing the host read, nor took what it wrote,",
+            write,
+        )
     }
 }
 
