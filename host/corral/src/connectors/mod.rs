@@ -5,6 +5,10 @@ pub mod aion;
 pub use corral_core::local;
 pub mod temporal;
 
+/// Most of an engine's or the network's text (a status, a refusal, a poll
+/// error) the host's log keeps of one error, escaped.
+const MAX_LOGGED: usize = 1024;
+
 /// The identity this process reports to engines: `corral@<host>:<pid>`.
 pub fn identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")

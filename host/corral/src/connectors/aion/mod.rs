@@ -24,6 +24,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::MAX_LOGGED;
 use crate::config::AionBinding;
 use corral_core::session::{
     Connector, HeartbeatDetails, Inbound, Permit, Permits, Registry, Report, ReportError, TaskKey,
@@ -67,9 +68,6 @@ struct Unacked {
     pair: (String, u64),
     frame: wire::ActivityResult,
 }
-
-/// Most of the server's or the network's text the log keeps of one error.
-const MAX_LOGGED: usize = 1024;
 
 /// What the connector and its stream driver share.
 struct Shared {

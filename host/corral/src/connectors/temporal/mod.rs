@@ -27,6 +27,7 @@ use temporalio_sdk_core::{
     WorkerConfig, WorkerVersioningStrategy, init_worker,
 };
 
+use super::MAX_LOGGED;
 use crate::config::{Compression, TemporalBinding};
 use corral_core::backoff::{Backoff, Try, patiently};
 use corral_core::sandbox::TaskInfo;
@@ -39,8 +40,6 @@ use corral_core::shown::Shown;
 /// How soon an activity without a heartbeat timeout learns it was
 /// cancelled.
 const CANCEL_LATENCY: Duration = Duration::from_secs(2);
-/// Most of the server's or the network's text the log keeps of one error.
-const MAX_LOGGED: usize = 1024;
 
 /// One tenant's Temporal worker.
 pub struct TemporalConnector {
