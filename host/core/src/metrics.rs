@@ -109,6 +109,16 @@ impl Metrics {
     /// but waited for a core.
     pub fn cpu_used(&self, tenant: &str, activity_type: &str, used: CpuUse) {
         let mut inner = self.lock();
+        // Once per task: a label seen before is looked up once, not twice.
+        if let Some((cpu, waited)) = inner
+            .cpu
+            .get_mut(tenant)
+            .and_then(|types| types.get_mut(activity_type))
+        {
+            *cpu += used.cpu;
+            *waited += used.waited;
+            return;
+        }
         let (cpu, waited) = entry(entry(&mut inner.cpu, tenant), activity_type);
         *cpu += used.cpu;
         *waited += used.waited;

@@ -17,6 +17,7 @@
 //! of them at a time, and none while the slots are all taken
 //! ([`CpuScheduler::execute`]).
 
+mod boxes;
 mod fair;
 mod threads;
 
@@ -28,6 +29,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::share::{CpuShare, CpuUse};
+use boxes::TaskBoxes;
 pub use fair::CAP_WINDOW;
 use fair::{Dispatch, Fair};
 pub use threads::GUEST_NICE;
@@ -82,6 +84,8 @@ pub struct CpuScheduler {
     /// How many more tasks' first polls may run on the host's threads now:
     /// half the slots (one of two cores' threads stays the host's).
     inline: AtomicUsize,
+    /// Boxes of tasks that ended, for the next tasks' futures.
+    boxes: Arc<TaskBoxes>,
 }
 
 /// A task's first poll running on the host's threads: its place in
@@ -120,6 +124,7 @@ impl CpuScheduler {
             timer: Mutex::new(None),
             threads,
             inline: AtomicUsize::new(slots / 2),
+            boxes: TaskBoxes::new(slots.max(1)),
         })
     }
 
@@ -147,11 +152,9 @@ impl CpuScheduler {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        // Built once its box exists: a task's future is large (kilobytes),
-        // and built before the allocation it was copied one more time
-        // (about 200 instructions a task, `sandbox callgrind`); moving the
-        // task to a guest thread moves a pointer.
-        let work = Box::into_pin(Box::write(Box::new_uninit(), work()));
+        // In a box, so that moving the task to a guest thread moves a
+        // pointer; one an ended task left, when there is one.
+        let work = self.boxes.boxed(work);
         let mut scheduled = self.schedule(tenant, activity_type, share, work);
         async move {
             let Some(threads) = &self.threads else {
@@ -235,8 +238,11 @@ impl CpuScheduler {
                 waker.wake();
             }
         }
-        for (tenant, throttled) in dispatch.throttled {
-            self.metrics.cpu_throttled(&tenant, throttled);
+        // (Checked first: even an empty list's iterator costs its drop.)
+        if !dispatch.throttled.is_empty() {
+            for (tenant, throttled) in dispatch.throttled {
+                self.metrics.cpu_throttled(&tenant, throttled);
+            }
         }
         if let Some(at) = dispatch.retry_at {
             let mut timer = lock(&self.timer);
@@ -331,8 +337,9 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let me = &*this.ticket.0;
-        let since = match this.waiting {
-            Some(since) => since,
+        // When it asked for a slot, and whether it asked in this poll.
+        let (since, asked_now) = match this.waiting {
+            Some(since) => (since, false),
             None => {
                 // Polled before its work was woken (moved to a guest
                 // thread after a wait for I/O, a spurious wake): it waits
@@ -353,7 +360,7 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
                     now,
                 );
                 this.scheduler.apply(dispatch);
-                now
+                (now, true)
             }
         };
         if !me.granted.load(Ordering::Acquire) {
@@ -366,7 +373,13 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
             lock(&me.waker).take();
         }
         this.waiting = None;
-        let waited = since.elapsed();
+        // Given a slot in the poll that asked for it, it did not wait (the
+        // scheduler's own lock is not a wait for a core): no clock read.
+        let waited = if asked_now {
+            Duration::ZERO
+        } else {
+            since.elapsed()
+        };
         this.used.waited += waited;
         this.unreported.waited += waited;
         me.follow(cx.waker());
