@@ -1,0 +1,285 @@
+//! The scheduler's decisions, by a fake clock: shares, weights, caps,
+//! wake-ups and the line.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::*;
+
+const SLICE: Duration = Duration::from_millis(1);
+
+fn share(weight: i64, max: Option<f64>) -> CpuShare {
+    CpuShare {
+        weight: CpuWeight::new(weight).unwrap(),
+        max: max.map(|cores| CpuMax::from_cores(cores).unwrap()),
+    }
+}
+
+/// Runs every tenant's tasks (each always wants more CPU) on `slots`
+/// for `slices` rounds of one slice each, with a fake clock; returns
+/// the CPU each tenant got.
+fn busy(
+    slots: usize,
+    tenants: &[(&str, usize, CpuShare)],
+    slices: usize,
+) -> BTreeMap<String, Duration> {
+    let mut fair = Fair::new(slots);
+    let mut now = Instant::now();
+    let mut running: Vec<(Arc<str>, u32)> = Vec::new();
+    let mut next_id = 0u32;
+    let names: HashMap<u32, (Arc<str>, CpuShare)> = tenants
+        .iter()
+        .flat_map(|(name, tasks, share)| {
+            let name: Arc<str> = Arc::from(*name);
+            (0..*tasks).map(move |_| (name.clone(), *share))
+        })
+        .map(|t| {
+            next_id += 1;
+            (next_id, t)
+        })
+        .collect();
+    let mut ids: Vec<&u32> = names.keys().collect();
+    ids.sort();
+    for id in ids {
+        let (name, share) = &names[id];
+        let d = fair.request(name, *share, *id, now);
+        running.extend(d.granted.into_iter().map(|w| (names[&w].0.clone(), w)));
+    }
+    let mut got: BTreeMap<String, Duration> = BTreeMap::new();
+    for _ in 0..slices {
+        now += SLICE;
+        // Every running task ends its slice and yields to run on.
+        for (name, id) in std::mem::take(&mut running) {
+            *got.entry(name.to_string()).or_default() += SLICE;
+            let d = fair.release(&name, SLICE, Some(id), now);
+            running.extend(d.granted.into_iter().map(|w| (names[&w].0.clone(), w)));
+        }
+        // Windows that opened.
+        let d = fair.dispatch(now);
+        running.extend(d.granted.into_iter().map(|w| (names[&w].0.clone(), w)));
+        assert_eq!(fair.waiting, in_line(&fair), "the count of tasks in line");
+    }
+    got
+}
+
+/// The tasks in its tenants' lines, counted.
+fn in_line<W: PartialEq>(fair: &Fair<W>) -> usize {
+    fair.tenants.values().map(|a| a.waiting.len()).sum()
+}
+
+fn share_of(got: &BTreeMap<String, Duration>, tenant: &str) -> f64 {
+    let total: Duration = got.values().sum();
+    got.get(tenant).copied().unwrap_or_default().as_secs_f64() / total.as_secs_f64()
+}
+
+#[test]
+fn a_tenant_with_one_task_gets_its_share_beside_one_with_a_hundred() {
+    // One slot: half each, however many tasks the other has.
+    let got = busy(
+        1,
+        &[
+            ("light", 1, share(100, None)),
+            ("busy", 100, share(100, None)),
+        ],
+        2_000,
+    );
+    assert!((share_of(&got, "light") - 0.5).abs() < 0.01, "{got:?}");
+    // Two slots: light can use one core at most, and gets it.
+    let got = busy(
+        2,
+        &[
+            ("light", 1, share(100, None)),
+            ("busy", 100, share(100, None)),
+        ],
+        2_000,
+    );
+    assert!((share_of(&got, "light") - 0.5).abs() < 0.01, "{got:?}");
+}
+
+#[test]
+fn shares_follow_weights_when_all_are_busy() {
+    let got = busy(
+        2,
+        &[
+            ("a", 8, share(100, None)),
+            ("b", 8, share(200, None)),
+            ("c", 8, share(100, None)),
+        ],
+        4_000,
+    );
+    for (tenant, expected) in [("a", 0.25), ("b", 0.5), ("c", 0.25)] {
+        let share = share_of(&got, tenant);
+        assert!(
+            (share - expected).abs() < expected * 0.02,
+            "{tenant}: {share} against {expected}: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn a_cap_holds_over_each_window_and_leaves_the_rest_to_others() {
+    // A capped tenant alone on two cores gets its cap, not the cores.
+    let got = busy(2, &[("capped", 8, share(100, Some(0.5)))], 1_000);
+    let used = got["capped"].as_secs_f64();
+    // 1,000 slices of 1 ms on 2 cores is 1 s of wall clock: 0.5 s at most
+    // (plus one slice per core of overshoot per window).
+    assert!((0.45..=0.52).contains(&used), "{got:?}");
+    // Beside an uncapped tenant: the rest goes to it.
+    let got = busy(
+        2,
+        &[
+            ("capped", 8, share(100, Some(0.5))),
+            ("free", 8, share(100, None)),
+        ],
+        1_000,
+    );
+    assert!(got["capped"].as_secs_f64() <= 0.52, "{got:?}");
+    assert!(got["free"].as_secs_f64() >= 1.45, "{got:?}");
+}
+
+#[test]
+fn a_tenant_that_slept_is_not_owed_the_time_it_slept() {
+    let mut fair = Fair::new(1);
+    let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+    let mut now = Instant::now();
+    // `a` runs alone for a second.
+    assert_eq!(fair.request(&a, share(100, None), 1, now).granted[..], [1]);
+    for _ in 0..1000 {
+        now += SLICE;
+        assert_eq!(fair.release(&a, SLICE, Some(1), now).granted[..], [1]);
+    }
+    // `b` wakes: they alternate from here; `b` does not get a second
+    // of the core to itself.
+    let d = fair.request(&b, share(100, None), 2, now);
+    assert!(d.granted.is_empty());
+    let mut order = Vec::new();
+    let mut holder = 1;
+    for _ in 0..6 {
+        now += SLICE;
+        let name = if holder == 1 { &a } else { &b };
+        holder = fair.release(name, SLICE, Some(holder), now).granted[0];
+        order.push(holder);
+    }
+    assert_eq!(order, vec![2, 1, 2, 1, 2, 1], "{order:?}");
+}
+
+#[test]
+fn a_tenant_under_its_share_for_long_cannot_then_shut_the_others_out() {
+    // Two cores. `steady` (weight 100) and `trickle` (weight 300) run
+    // one task each for 10 s: a core each, so `trickle` uses a third of
+    // its weighted share and falls behind.
+    let mut fair = Fair::new(2);
+    let (steady, trickle): (Arc<str>, Arc<str>) = (Arc::from("steady"), Arc::from("trickle"));
+    let tenant = |id: u32| if id == 1 { &steady } else { &trickle };
+    let shares = |id: u32| share(if id == 1 { 100 } else { 300 }, None);
+    let mut now = Instant::now();
+    let mut running: Vec<u32> = Vec::new();
+    for id in [1, 2] {
+        running.extend(fair.request(tenant(id), shares(id), id, now).granted);
+    }
+    let run = |fair: &mut Fair<u32>, running: &mut Vec<u32>, now: &mut Instant, slices: usize| {
+        let mut steady_got = Duration::ZERO;
+        for _ in 0..slices {
+            *now += SLICE;
+            for id in std::mem::take(running) {
+                if id == 1 {
+                    steady_got += SLICE;
+                }
+                running.extend(fair.release(tenant(id), SLICE, Some(id), *now).granted);
+            }
+        }
+        steady_got
+    };
+    run(&mut fair, &mut running, &mut now, 10_000);
+    // Then `trickle` floods: 20 more tasks.
+    for id in 3..23 {
+        running.extend(fair.request(&trickle, shares(id), id, now).granted);
+    }
+    // Over the next second, `steady` gets its weighted share (a quarter
+    // of two cores: half a core, all its one task can use of it), less
+    // the bounded credit `trickle` kept. Without the bound it got
+    // nothing for the next 15 s.
+    let got = run(&mut fair, &mut running, &mut now, 1_000);
+    assert!(
+        got >= Duration::from_millis(450),
+        "steady got {got:?} of the second after the flood"
+    );
+}
+
+#[test]
+fn a_waiter_that_leaves_gives_its_place_or_its_slot_back() {
+    let mut fair = Fair::new(1);
+    let t: Arc<str> = Arc::from("t");
+    let now = Instant::now();
+    assert_eq!(fair.request(&t, share(100, None), 1, now).granted[..], [1]);
+    assert!(
+        fair.request(&t, share(100, None), 2, now)
+            .granted
+            .is_empty()
+    );
+    assert!(
+        fair.request(&t, share(100, None), 3, now)
+            .granted
+            .is_empty()
+    );
+    assert_eq!((fair.waiting, in_line(&fair)), (2, 2));
+    // 2 leaves the queue; 1's slot then goes to 3.
+    assert!(fair.cancel("t", &2));
+    assert_eq!((fair.waiting, in_line(&fair)), (1, 1));
+    assert_eq!(fair.release("t", SLICE, None, now).granted[..], [3]);
+    assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
+    // 3 was granted: cancelling finds nothing waiting, the caller
+    // releases, and the slot is free for the next.
+    assert!(!fair.cancel("t", &3));
+    assert!(
+        fair.release("t", Duration::ZERO, None, now)
+            .granted
+            .is_empty()
+    );
+    assert_eq!(fair.request(&t, share(100, None), 4, now).granted[..], [4]);
+    assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
+}
+
+#[test]
+fn a_throttled_tenant_is_told_when_its_window_opens_and_counted() {
+    let mut fair = Fair::new(2);
+    let t: Arc<str> = Arc::from("t");
+    let start = Instant::now();
+    // A cap of 0.1 core: 10 ms per 100 ms window.
+    let capped = share(100, Some(0.1));
+    assert_eq!(fair.request(&t, capped, 1, start).granted[..], [1]);
+    let now = start + Duration::from_millis(10);
+    let d = fair.release("t", Duration::from_millis(10), Some(1), now);
+    assert!(d.granted.is_empty());
+    assert_eq!(d.retry_at, Some(start + CAP_WINDOW));
+    let d = fair.dispatch(start + CAP_WINDOW);
+    assert_eq!(d.granted[..], [1]);
+    assert_eq!(
+        d.throttled,
+        vec![(t.clone(), CAP_WINDOW - Duration::from_millis(10))]
+    );
+}
+
+#[test]
+fn a_tenant_past_its_cap_waits_though_a_slot_is_free_and_no_one_is_in_line() {
+    let mut fair = Fair::new(2);
+    let (t, u): (Arc<str>, Arc<str>) = (Arc::from("t"), Arc::from("u"));
+    let start = Instant::now();
+    // A cap of 0.1 core: 10 ms per 100 ms window, all used by one
+    // task that then ends.
+    let capped = share(100, Some(0.1));
+    assert_eq!(fair.request(&t, capped, 1, start).granted[..], [1]);
+    let now = start + Duration::from_millis(10);
+    assert!(
+        fair.release("t", Duration::from_millis(10), None, now)
+            .granted
+            .is_empty()
+    );
+    // Its next task waits for the next window.
+    let d = fair.request(&t, capped, 2, now);
+    assert!(d.granted.is_empty(), "granted past its cap: {d:?}");
+    assert_eq!(d.retry_at, Some(start + CAP_WINDOW));
+    // Another tenant's task runs at once meanwhile.
+    assert_eq!(fair.request(&u, share(100, None), 3, now).granted[..], [3]);
+    assert_eq!(fair.dispatch(start + CAP_WINDOW).granted[..], [2]);
+    assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
+}
