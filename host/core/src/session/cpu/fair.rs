@@ -232,23 +232,29 @@ impl<W: PartialEq> Fair<W> {
         dispatch
     }
 
-    /// Takes `waiter` out of the queue; false if it was not waiting (it was
-    /// granted a slot, which the caller must then release).
-    pub fn cancel(&mut self, tenant: &str, waiter: &W) -> bool {
-        let Some(account) = self.tenants.get_mut(tenant) else {
-            return false;
-        };
-        let Some(at) = account.waiting.iter().position(|w| w == waiter) else {
-            return false;
-        };
+    /// Takes `waiter` out of the queue at `now`; `None` if it was not
+    /// waiting (it was granted a slot, which the caller must then
+    /// release). The last of a tenant's tasks to leave the line while its
+    /// cap holds it back ends its throttled time: counted in what it
+    /// returns, not lost.
+    pub fn cancel(&mut self, tenant: &str, waiter: &W, now: Instant) -> Option<Dispatch<W>> {
+        let account = self.tenants.get_mut(tenant)?;
+        let at = account.waiting.iter().position(|w| w == waiter)?;
         account.waiting.remove(at);
         self.waiting -= 1;
-        if account.waiting.is_empty() {
-            // Nothing of it waits for its window any more.
-            account.throttled_since = None;
+        // Nothing of it waits for its window any more.
+        let throttled = account
+            .waiting
+            .is_empty()
+            .then(|| account.throttled_since.take())
+            .flatten();
+        let mut out = Dispatch::default();
+        if let (Some(since), Some((name, _))) = (throttled, self.tenants.get_key_value(tenant)) {
+            out.throttled
+                .push((name.clone(), now.saturating_duration_since(since)));
         }
         self.forget_if_idle(tenant);
-        true
+        Some(out)
     }
 
     /// Drops an idle tenant's account when keeping it changes nothing, so

@@ -467,12 +467,14 @@ impl<W> Drop for Scheduled<W> {
         if self.waiting.take().is_none() {
             return;
         }
+        let now = Instant::now();
         let mut fair = lock(&self.scheduler.fair);
-        if fair.cancel(&self.tenant, &self.ticket) {
-            return;
-        }
-        // Granted, never used: the slot goes to the next.
-        let dispatch = fair.release(&self.tenant, Duration::ZERO, None, Instant::now());
+        // Still in line: out of it (its throttled time counted), or
+        // granted, never used: the slot goes to the next.
+        let dispatch = match fair.cancel(&self.tenant, &self.ticket, now) {
+            Some(left) => left,
+            None => fair.release(&self.tenant, Duration::ZERO, None, now),
+        };
         drop(fair);
         self.scheduler.apply(dispatch);
     }

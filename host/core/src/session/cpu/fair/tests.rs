@@ -223,13 +223,13 @@ fn a_waiter_that_leaves_gives_its_place_or_its_slot_back() {
     );
     assert_eq!((fair.waiting, in_line(&fair)), (2, 2));
     // 2 leaves the queue; 1's slot then goes to 3.
-    assert!(fair.cancel("t", &2));
+    assert!(fair.cancel("t", &2, now).is_some());
     assert_eq!((fair.waiting, in_line(&fair)), (1, 1));
     assert_eq!(fair.release("t", SLICE, None, now).granted[..], [3]);
     assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
     // 3 was granted: cancelling finds nothing waiting, the caller
     // releases, and the slot is free for the next.
-    assert!(!fair.cancel("t", &3));
+    assert!(fair.cancel("t", &3, now).is_none());
     assert!(
         fair.release("t", Duration::ZERO, None, now)
             .granted
@@ -282,4 +282,35 @@ fn a_tenant_past_its_cap_waits_though_a_slot_is_free_and_no_one_is_in_line() {
     assert_eq!(fair.request(&u, share(100, None), 3, now).granted[..], [3]);
     assert_eq!(fair.dispatch(start + CAP_WINDOW).granted[..], [2]);
     assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
+}
+
+#[test]
+fn a_throttled_tenants_time_is_counted_when_its_last_waiting_task_leaves_the_line() {
+    let mut fair = Fair::new(2);
+    let t: Arc<str> = Arc::from("t");
+    let start = Instant::now();
+    // A cap of 0.1 core: 10 ms per 100 ms window, used by task 1; tasks
+    // 2 and 3 then wait for the next window, throttled.
+    let capped = share(100, Some(0.1));
+    assert_eq!(fair.request(&t, capped, 1, start).granted[..], [1]);
+    let used = start + Duration::from_millis(10);
+    assert!(
+        fair.release("t", Duration::from_millis(10), None, used)
+            .granted
+            .is_empty()
+    );
+    assert!(fair.request(&t, capped, 2, used).granted.is_empty());
+    assert!(fair.request(&t, capped, 3, used).granted.is_empty());
+    // 2 is cancelled: 3 still waits, throttled on.
+    let at = used + Duration::from_millis(30);
+    let left = fair.cancel("t", &2, at).unwrap();
+    assert!(left.throttled.is_empty(), "{left:?}");
+    // 3 is cancelled before the window opens: the 60 ms its cap held the
+    // tenant back are counted.
+    let at = used + Duration::from_millis(60);
+    let left = fair.cancel("t", &3, at).unwrap();
+    assert_eq!(left.throttled, vec![(t.clone(), Duration::from_millis(60))]);
+    assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
+    // Counted once: the window opening finds no one throttled.
+    assert!(fair.dispatch(start + CAP_WINDOW).throttled.is_empty());
 }
