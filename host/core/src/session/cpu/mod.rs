@@ -374,7 +374,8 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
         }
         this.waiting = None;
         // Given a slot in the poll that asked for it, it did not wait (the
-        // scheduler's own lock is not a wait for a core): no clock read.
+        // scheduler's own lock, or another thread's grant in between, is
+        // microseconds at most): no clock read.
         let waited = if asked_now {
             Duration::ZERO
         } else {
@@ -457,6 +458,14 @@ impl<W> Drop for Scheduled<W> {
     fn drop(&mut self) {
         // Cancelled on the way, or already ended (then nothing to drop).
         end_work(&mut self.work, &self.context);
+        let in_line = self.waiting.take().map(|since| (since, Instant::now()));
+        if let Some((since, now)) = in_line {
+            // Dropped in line (a deadline or cancel while it waited for a
+            // core or its cap's window): that wait is counted too.
+            let waited = now.saturating_duration_since(since);
+            self.used.waited += waited;
+            self.unreported.waited += waited;
+        }
         self.report();
         if self.holding {
             // Its poll panicked while it held a slot.
@@ -464,10 +473,9 @@ impl<W> Drop for Scheduled<W> {
             self.holding_release(Duration::ZERO);
             return;
         }
-        if self.waiting.take().is_none() {
+        let Some((_, now)) = in_line else {
             return;
-        }
-        let now = Instant::now();
+        };
         let mut fair = lock(&self.scheduler.fair);
         // Still in line: out of it (its throttled time counted), or
         // granted, never used: the slot goes to the next.

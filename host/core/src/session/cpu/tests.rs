@@ -408,6 +408,36 @@ async fn a_task_dropped_while_in_line_or_granted_leaves_no_slot_taken() {
     assert_eq!(ran.0, 7);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_dropped_in_line_counts_the_time_it_waited_there() {
+    // A deadline or cancel that ends a task while it waits for a core:
+    // that wait is the tenant's too (`corral_tenant_cpu_wait_seconds_total`).
+    let metrics = Arc::new(Metrics::default());
+    let scheduler = CpuScheduler::new(1, metrics.clone());
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut gone = Box::pin(scheduler.run(
+        Arc::from("b"),
+        Arc::from("none"),
+        CpuShare::default(),
+        async {},
+    ));
+    let mut between = Duration::ZERO;
+    while_held(&scheduler, || {
+        let asked = Instant::now();
+        assert!(gone.as_mut().poll(&mut cx).is_pending());
+        // A wait too long to be mistaken for none.
+        std::thread::sleep(Duration::from_millis(5));
+        drop(gone);
+        between = asked.elapsed();
+    })
+    .await;
+    let waited = metrics.cpu("b").waited;
+    assert!(
+        waited >= Duration::from_millis(5) && waited <= between,
+        "counted {waited:?} of a wait of {between:?}"
+    );
+}
+
 /// A waker that, woken, has the task follow another waker at once, as a
 /// waker that polls the task where it is woken would.
 struct Reentrant(Mutex<Option<Arc<Waiter>>>);
