@@ -47,8 +47,9 @@ impl TaskBoxes {
         })
     }
 
-    /// The future `build` makes, in a kept box if there is one. Built once
-    /// the box exists: built first, it would be copied once more.
+    /// The future `build` makes, in a kept box if there is one (into
+    /// which `Pin::set` copies it once), else in a new one it is built
+    /// for.
     pub fn boxed<F: Send + 'static>(self: &Arc<Self>, build: impl FnOnce() -> F) -> TaskBox<F> {
         let kept = of_type::<F>(&mut lock(&self.kept)).and_then(Vec::pop);
         let slot = match kept {
@@ -145,7 +146,8 @@ mod tests {
         let at = address(&first);
         assert!(!at.is_null());
         assert_eq!(first.await, 1);
-        // Its future is dropped when it ends, not kept alive in the box.
+        // Its future is dropped with it (`.await` drops it), not kept alive
+        // in the box.
         assert_eq!(Arc::strong_count(&alive), 1);
         assert_eq!(boxes.kept::<Job>(), 1);
 

@@ -22,7 +22,7 @@ use crate::share::{CpuMax, CpuShare, CpuWeight};
 /// The window a cap holds over (as cgroups' default `cpu.max` period).
 pub const CAP_WINDOW: Duration = Duration::from_millis(100);
 
-/// What one grant, release or timer changed.
+/// What one request, release, cancel or timer changed.
 #[derive(Debug)]
 pub(crate) struct Dispatch<W> {
     /// Waiters that now hold a slot (rarely more than one: inline, not

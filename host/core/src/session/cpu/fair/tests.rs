@@ -311,6 +311,14 @@ fn a_throttled_tenants_time_is_counted_when_its_last_waiting_task_leaves_the_lin
     let left = fair.cancel("t", &3, at).unwrap();
     assert_eq!(left.throttled, vec![(t.clone(), Duration::from_millis(60))]);
     assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
-    // Counted once: the window opening finds no one throttled.
-    assert!(fair.dispatch(start + CAP_WINDOW).throttled.is_empty());
+    // Counted once: a task in line again from 70 ms is throttled from
+    // then, not from when the others first were.
+    let again = used + Duration::from_millis(70);
+    assert!(fair.request(&t, capped, 4, again).granted.is_empty());
+    let opened = fair.dispatch(start + CAP_WINDOW);
+    assert_eq!(opened.granted[..], [4]);
+    assert_eq!(
+        opened.throttled,
+        vec![(t.clone(), Duration::from_millis(20))]
+    );
 }
