@@ -272,10 +272,19 @@ impl<W: PartialEq> Fair<W> {
     /// Grants free slots to the tenants most owed CPU.
     pub fn dispatch(&mut self, now: Instant) -> Dispatch<W> {
         let mut out = Dispatch::default();
+        // An idle tenant is forgotten when it ends its last task, unless it
+        // is still owed less than the floor or owes its cap; nothing else
+        // looks at it again, so the scan does, once the floor has passed it
+        // or its window has rolled over.
+        let mut stale = false;
         while self.running < self.slots {
             let mut next: Option<(u128, &Arc<str>)> = None;
             for (name, account) in self.tenants.iter_mut() {
                 if account.waiting.is_empty() {
+                    if account.running == 0 && !stale {
+                        account.roll(now);
+                        stale = account.forgettable(self.floor);
+                    }
                     continue;
                 }
                 if let Some(until) = account.capped_until(now) {
@@ -307,6 +316,13 @@ impl<W: PartialEq> Fair<W> {
             self.running += 1;
             self.floor = self.floor.max(vruntime);
             out.granted.push(waiter);
+        }
+        if stale {
+            let floor = self.floor;
+            self.tenants.retain(|_, account| {
+                account.roll(now);
+                !account.forgettable(floor)
+            });
         }
         out
     }

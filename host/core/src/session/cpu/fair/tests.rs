@@ -322,3 +322,54 @@ fn a_throttled_tenants_time_is_counted_when_its_last_waiting_task_leaves_the_lin
         vec![(t.clone(), Duration::from_millis(20))]
     );
 }
+
+#[test]
+fn an_idle_tenant_is_forgotten_once_the_floor_passes_it_or_its_window_rolls_over() {
+    // Tenants that ran once and went idle must not stay in every
+    // scan for the next task: a host of many tenants would scan them all
+    // at each slice.
+    let mut fair = Fair::new(1);
+    let (t, u, v): (Arc<str>, Arc<str>, Arc<str>) =
+        (Arc::from("t"), Arc::from("u"), Arc::from("v"));
+    let start = Instant::now();
+    // `t`, capped, and `v` each run one slice and go idle: both are ahead
+    // of the floor, and `t` has used its window.
+    assert_eq!(
+        fair.request(&t, share(100, Some(0.1)), 1, start).granted[..],
+        [1]
+    );
+    let mut now = start + Duration::from_millis(10);
+    assert!(
+        fair.release("t", Duration::from_millis(10), None, now)
+            .granted
+            .is_empty()
+    );
+    assert_eq!(fair.request(&v, share(100, None), 2, now).granted[..], [2]);
+    now += Duration::from_millis(10);
+    assert!(
+        fair.release("v", Duration::from_millis(10), None, now)
+            .granted
+            .is_empty()
+    );
+    assert_eq!(fair.tenants.len(), 2, "kept while ahead of the floor");
+    // `u` runs two tasks, taking turns on the one slot, past them both.
+    now = start + 2 * CAP_WINDOW;
+    assert_eq!(fair.request(&u, share(100, None), 3, now).granted[..], [3]);
+    assert!(
+        fair.request(&u, share(100, None), 4, now)
+            .granted
+            .is_empty()
+    );
+    let mut running = 3;
+    for _ in 0..30 {
+        now += SLICE;
+        let d = fair.release("u", SLICE, Some(running), now);
+        running = d.granted[0];
+    }
+    assert!(fair.floor > 10_000_000);
+    assert_eq!(
+        fair.tenants.keys().map(|k| &**k).collect::<Vec<_>>(),
+        ["u"],
+        "only the tenant that is busy is left to scan"
+    );
+}
