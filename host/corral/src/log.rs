@@ -103,19 +103,45 @@ fn cut(event: &[u8], json: bool) -> String {
     }
     let start = String::from_utf8_lossy(&event[..end]);
     if json {
-        let line = serde_json::json!({
-            "level": "WARN",
+        // The event's own time and level (tracing's JSON writes them
+        // first), so that the line sorts and filters with the others.
+        let level = leading(&start, "level")
+            .filter(|l| ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"].contains(l))
+            .unwrap_or("WARN");
+        let mut line = serde_json::json!({
+            "level": level,
             "target": "corral::log",
             "fields": {
                 "message": format!("a log event of {} bytes, cut", event.len()),
                 "start": start,
             },
         });
+        let time = leading(&start, "timestamp").filter(|t| {
+            t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-:.+".contains(&b))
+        });
+        if let Some(time) = time {
+            line["timestamp"] = time.into();
+        }
         format!("{line}\n")
     } else {
         format!("{start}… [a log event of {} bytes, cut]\n", event.len())
     }
 }
+
+/// The string value of `field` at the start of a JSON event, where
+/// tracing writes its own fields: a guest's text comes later, and escaped,
+/// so it cannot be taken for one.
+fn leading<'a>(event: &'a str, field: &str) -> Option<&'a str> {
+    let head = event.get(..LEADING).unwrap_or(event);
+    let key = format!("\"{field}\":\"");
+    let at = head.find(&key)? + key.len();
+    let len = head.get(at..)?.find('"')?;
+    head.get(at..at + len)
+}
+
+/// How far into an event [`leading`] looks.
+const LEADING: usize = 128;
 
 #[cfg(test)]
 mod tests {
@@ -164,6 +190,24 @@ mod tests {
                 .as_str()
                 .unwrap()
                 .starts_with("WARN other: é")
+        );
+        // A JSON event's own time and level are kept; text that only
+        // looks like them, later in it, is not taken for them.
+        let event = format!(
+            "{{\"timestamp\":\"2026-12-05T10:00:00.123456Z\",\"level\":\"INFO\",\"fields\":{{\"message\":\"{}\"}}}}\n",
+            "x".repeat(MAX_LINE)
+        );
+        let line: serde_json::Value = serde_json::from_str(&cut(event.as_bytes(), true)).unwrap();
+        assert_eq!(line["timestamp"], "2026-12-05T10:00:00.123456Z");
+        assert_eq!(line["level"], "INFO");
+        let forged = format!(
+            "{{\"fields\":{{\"message\":\"\\\"timestamp\\\":\\\"forged\\\"{}\"}}}}\n",
+            "x".repeat(MAX_LINE)
+        );
+        let line: serde_json::Value = serde_json::from_str(&cut(forged.as_bytes(), true)).unwrap();
+        assert_eq!(
+            (line.get("timestamp"), &line["level"]),
+            (None, &serde_json::json!("WARN"))
         );
         // Short events pass whole.
         let mut writer = Bounded { json: false };
