@@ -98,10 +98,11 @@ impl<W> Account<W> {
         self.vruntime = self.vruntime.max(floor.saturating_sub(MAX_LAG));
     }
 
-    /// Whether forgetting it changes nothing: nothing waiting or running,
-    /// owed nothing (it would start at the floor anyway), owing its cap
-    /// nothing.
-    fn forgettable(&self, floor: u128) -> bool {
+    /// Whether forgetting it at `now` changes nothing: nothing waiting or
+    /// running, owed nothing (it would start at the floor anyway), owing
+    /// its cap nothing (its window moved up to `now` first).
+    fn forgettable(&mut self, floor: u128, now: Instant) -> bool {
+        self.roll(now);
         self.waiting.is_empty()
             && self.running == 0
             && self.vruntime <= floor
@@ -217,7 +218,7 @@ impl<W: PartialEq> Fair<W> {
                 account.waiting.push_back(again);
                 self.waiting += 1;
             }
-            idle = account.forgettable(self.floor);
+            idle = account.forgettable(self.floor, now);
         }
         self.running = self.running.saturating_sub(1);
         if self.waiting == 0 {
@@ -228,7 +229,7 @@ impl<W: PartialEq> Fair<W> {
             return Dispatch::default();
         }
         let dispatch = self.dispatch(now);
-        self.forget_if_idle(tenant);
+        self.forget_if_idle(tenant, now);
         dispatch
     }
 
@@ -237,7 +238,7 @@ impl<W: PartialEq> Fair<W> {
     /// release). The last of a tenant's tasks to leave the line while its
     /// cap holds it back ends its throttled time: counted in what it
     /// returns, not lost.
-    pub fn cancel(&mut self, tenant: &str, waiter: &W, now: Instant) -> Option<Dispatch<W>> {
+    pub fn cancel(&mut self, tenant: &Arc<str>, waiter: &W, now: Instant) -> Option<Dispatch<W>> {
         let account = self.tenants.get_mut(tenant)?;
         let at = account.waiting.iter().position(|w| w == waiter)?;
         account.waiting.remove(at);
@@ -249,21 +250,22 @@ impl<W: PartialEq> Fair<W> {
             .then(|| account.throttled_since.take())
             .flatten();
         let mut out = Dispatch::default();
-        if let (Some(since), Some((name, _))) = (throttled, self.tenants.get_key_value(tenant)) {
+        if let Some(since) = throttled {
             out.throttled
-                .push((name.clone(), now.saturating_duration_since(since)));
+                .push((tenant.clone(), now.saturating_duration_since(since)));
         }
-        self.forget_if_idle(tenant);
+        self.forget_if_idle(tenant, now);
         Some(out)
     }
 
     /// Drops an idle tenant's account when keeping it changes nothing, so
     /// that the scan for the next tenant covers the active ones.
-    fn forget_if_idle(&mut self, tenant: &str) {
+    fn forget_if_idle(&mut self, tenant: &str, now: Instant) {
+        let floor = self.floor;
         if self
             .tenants
-            .get(tenant)
-            .is_some_and(|a| a.forgettable(self.floor))
+            .get_mut(tenant)
+            .is_some_and(|a| a.forgettable(floor, now))
         {
             self.tenants.remove(tenant);
         }
@@ -273,7 +275,7 @@ impl<W: PartialEq> Fair<W> {
     pub fn dispatch(&mut self, now: Instant) -> Dispatch<W> {
         let mut out = Dispatch::default();
         // An idle tenant is forgotten when it ends its last task, unless it
-        // is still owed less than the floor or owes its cap; nothing else
+        // is still ahead of the floor or owes its cap; nothing else
         // looks at it again, so the scan does, once the floor has passed it
         // or its window has rolled over.
         let mut stale = false;
@@ -281,10 +283,7 @@ impl<W: PartialEq> Fair<W> {
             let mut next: Option<(u128, &Arc<str>)> = None;
             for (name, account) in self.tenants.iter_mut() {
                 if account.waiting.is_empty() {
-                    if account.running == 0 && !stale {
-                        account.roll(now);
-                        stale = account.forgettable(self.floor);
-                    }
+                    stale = stale || account.forgettable(self.floor, now);
                     continue;
                 }
                 if let Some(until) = account.capped_until(now) {
@@ -319,10 +318,8 @@ impl<W: PartialEq> Fair<W> {
         }
         if stale {
             let floor = self.floor;
-            self.tenants.retain(|_, account| {
-                account.roll(now);
-                !account.forgettable(floor)
-            });
+            self.tenants
+                .retain(|_, account| !account.forgettable(floor, now));
         }
         out
     }

@@ -223,13 +223,13 @@ fn a_waiter_that_leaves_gives_its_place_or_its_slot_back() {
     );
     assert_eq!((fair.waiting, in_line(&fair)), (2, 2));
     // 2 leaves the queue; 1's slot then goes to 3.
-    assert!(fair.cancel("t", &2, now).is_some());
+    assert!(fair.cancel(&t, &2, now).is_some());
     assert_eq!((fair.waiting, in_line(&fair)), (1, 1));
     assert_eq!(fair.release("t", SLICE, None, now).granted[..], [3]);
     assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
     // 3 was granted: cancelling finds nothing waiting, the caller
     // releases, and the slot is free for the next.
-    assert!(fair.cancel("t", &3, now).is_none());
+    assert!(fair.cancel(&t, &3, now).is_none());
     assert!(
         fair.release("t", Duration::ZERO, None, now)
             .granted
@@ -303,12 +303,12 @@ fn a_throttled_tenants_time_is_counted_when_its_last_waiting_task_leaves_the_lin
     assert!(fair.request(&t, capped, 3, used).granted.is_empty());
     // 2 is cancelled: 3 still waits, throttled on.
     let at = used + Duration::from_millis(30);
-    let left = fair.cancel("t", &2, at).unwrap();
+    let left = fair.cancel(&t, &2, at).unwrap();
     assert!(left.throttled.is_empty(), "{left:?}");
     // 3 is cancelled before the window opens: the 60 ms its cap held the
     // tenant back are counted.
     let at = used + Duration::from_millis(60);
-    let left = fair.cancel("t", &3, at).unwrap();
+    let left = fair.cancel(&t, &3, at).unwrap();
     assert_eq!(left.throttled, vec![(t.clone(), Duration::from_millis(60))]);
     assert_eq!((fair.waiting, in_line(&fair)), (0, 0));
     // Counted once: a task in line again from 70 ms is throttled from
