@@ -76,12 +76,7 @@ pub fn raise() -> std::io::Result<Limit> {
 pub fn worst_case(config: &Config) -> u64 {
     let tenants: usize = config.tenants.iter().map(|t| t.max_concurrent).sum();
     let tasks = config.host.max_concurrent.min(tenants);
-    let handles = config
-        .tenants
-        .iter()
-        .map(|t| t.tenant.limits.max_handles)
-        .max()
-        .unwrap_or(0);
+    let handles = config.largest(|limits| limits.max_handles);
     (tasks as u64)
         .saturating_mul(handles as u64)
         .saturating_add(HOST_RESERVE)

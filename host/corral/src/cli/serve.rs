@@ -355,12 +355,7 @@ pub async fn run(
         };
         let tls = config.host.admin_tls.as_ref();
         // One decoded message: an upload chunk, or a `Run`'s arguments.
-        let max_input = config
-            .tenants
-            .iter()
-            .map(|t| t.tenant.limits.max_input)
-            .max()
-            .unwrap_or(0);
+        let max_input = config.largest(|limits| limits.max_input);
         let max_message = api::UPLOAD_CHUNK.max(max_input) + (64 << 10);
         let (bound, handle) =
             server::admin(address, tls, service, max_message, endpoints.clone()).await?;

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use corral_core::sandbox::PolicyError;
+use corral_core::sandbox::{Limits, PolicyError};
 
 mod capabilities;
 mod engine;
@@ -174,6 +174,16 @@ impl Config {
             tenants.push(tenant);
         }
         Ok(Config { host, tenants })
+    }
+
+    /// The largest value of one of the tenants' limits (0 with none): what
+    /// the host must allow for whichever tenant is served.
+    pub fn largest(&self, limit: impl Fn(&Limits) -> usize) -> usize {
+        self.tenants
+            .iter()
+            .map(|t| limit(&t.tenant.limits))
+            .max()
+            .unwrap_or(0)
     }
 }
 
