@@ -259,21 +259,27 @@ fn a_throttled_tenant_is_told_when_its_window_opens_and_counted() {
     );
 }
 
+/// Tenant `t`, capped at 0.1 core (10 ms per 100 ms window), runs task 1
+/// from `start` through its whole window's budget, and it ends: its cap,
+/// and when it ended.
+fn spend_window(fair: &mut Fair<u32>, t: &Arc<str>, start: Instant) -> (CpuShare, Instant) {
+    let capped = share(100, Some(0.1));
+    assert_eq!(fair.request(t, capped, 1, start).granted[..], [1]);
+    let ended = start + Duration::from_millis(10);
+    assert!(
+        fair.release(t, Duration::from_millis(10), None, ended)
+            .granted
+            .is_empty()
+    );
+    (capped, ended)
+}
+
 #[test]
 fn a_tenant_past_its_cap_waits_though_a_slot_is_free_and_no_one_is_in_line() {
     let mut fair = Fair::new(2);
     let (t, u): (Arc<str>, Arc<str>) = (Arc::from("t"), Arc::from("u"));
     let start = Instant::now();
-    // A cap of 0.1 core: 10 ms per 100 ms window, all used by one
-    // task that then ends.
-    let capped = share(100, Some(0.1));
-    assert_eq!(fair.request(&t, capped, 1, start).granted[..], [1]);
-    let now = start + Duration::from_millis(10);
-    assert!(
-        fair.release("t", Duration::from_millis(10), None, now)
-            .granted
-            .is_empty()
-    );
+    let (capped, now) = spend_window(&mut fair, &t, start);
     // Its next task waits for the next window.
     let d = fair.request(&t, capped, 2, now);
     assert!(d.granted.is_empty(), "granted past its cap: {d:?}");
@@ -289,16 +295,8 @@ fn a_throttled_tenants_time_is_counted_when_its_last_waiting_task_leaves_the_lin
     let mut fair = Fair::new(2);
     let t: Arc<str> = Arc::from("t");
     let start = Instant::now();
-    // A cap of 0.1 core: 10 ms per 100 ms window, used by task 1; tasks
-    // 2 and 3 then wait for the next window, throttled.
-    let capped = share(100, Some(0.1));
-    assert_eq!(fair.request(&t, capped, 1, start).granted[..], [1]);
-    let used = start + Duration::from_millis(10);
-    assert!(
-        fair.release("t", Duration::from_millis(10), None, used)
-            .granted
-            .is_empty()
-    );
+    // Tasks 2 and 3 wait for the next window, throttled.
+    let (capped, used) = spend_window(&mut fair, &t, start);
     assert!(fair.request(&t, capped, 2, used).granted.is_empty());
     assert!(fair.request(&t, capped, 3, used).granted.is_empty());
     // 2 is cancelled: 3 still waits, throttled on.
@@ -334,16 +332,7 @@ fn an_idle_tenant_is_forgotten_once_the_floor_passes_it_or_its_window_rolls_over
     let start = Instant::now();
     // `t`, capped, and `v` each run one slice and go idle: both are ahead
     // of the floor, and `t` has used its window.
-    assert_eq!(
-        fair.request(&t, share(100, Some(0.1)), 1, start).granted[..],
-        [1]
-    );
-    let mut now = start + Duration::from_millis(10);
-    assert!(
-        fair.release("t", Duration::from_millis(10), None, now)
-            .granted
-            .is_empty()
-    );
+    let (_, mut now) = spend_window(&mut fair, &t, start);
     assert_eq!(fair.request(&v, share(100, None), 2, now).granted[..], [2]);
     now += Duration::from_millis(10);
     assert!(
