@@ -24,7 +24,7 @@ use corral_core::sandbox::{LoadedComponent, convert};
 use serde_json::Value;
 
 use super::serve::{run, signal_shutdown};
-use super::{default_cache_dir, error_exit, usage_error};
+use super::{default_cache_dir, error_exit, last_words, usage_error};
 
 const TASK_QUEUE: &str = "corral-dev";
 
@@ -245,7 +245,7 @@ pub async fn dev(args: Args) -> ExitCode {
     let _ = server.wait().await;
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => usage_error(format!("{e:#}")),
+        Err(e) => last_words(&e, false),
     }
 }
 

@@ -21,6 +21,7 @@ use clap::{Parser, Subcommand};
 use corral::error_chain;
 pub(crate) use corral::log::{CLI_LOG, ExtraLayer, SERVER_LOG, init_tracing, init_tracing_with};
 use corral_core::sandbox::SandboxConfig;
+use corral_core::shown::Shown;
 
 #[derive(Parser)]
 #[command(
@@ -233,6 +234,24 @@ pub(crate) fn default_cache_dir() -> Option<PathBuf> {
 /// A usage or load error: the message, exit code 2.
 pub(crate) fn usage_error(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("corral: {message}");
+    ExitCode::from(2)
+}
+
+/// The most of its last error a server writes as it exits.
+const MAX_LAST_WORDS: usize = 2 << 10;
+
+/// A server's exit on an error, code 2: the error and its causes, which
+/// can quote what an engine or a registry said (a refusal's message), so
+/// escaped and cut to [`MAX_LAST_WORDS`]; a log event when the log is
+/// JSON.
+pub(crate) fn last_words(error: &anyhow::Error, json: bool) -> ExitCode {
+    let said = format!("{error:#}");
+    let said = Shown(&said, MAX_LAST_WORDS);
+    if json {
+        tracing::error!(target: "corral", "corral: {said}");
+    } else {
+        eprintln!("corral: {said}");
+    }
     ExitCode::from(2)
 }
 

@@ -23,7 +23,7 @@ use corral_core::session::{Connector, Permits, Registry, Session};
 
 use super::{
     ExtraLayer, SERVER_LOG, default_cache_dir, error_exit, init_tracing, init_tracing_with,
-    usage_error,
+    last_words,
 };
 use corral::telemetry::Telemetry;
 
@@ -72,11 +72,7 @@ pub async fn serve(args: Args) -> ExitCode {
     }
     match served {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if json => {
-            tracing::error!(target: "corral", "corral: {e:#}");
-            ExitCode::from(2)
-        }
-        Err(e) => usage_error(format!("{e:#}")),
+        Err(e) => last_words(&e, json),
     }
 }
 

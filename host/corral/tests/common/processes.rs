@@ -258,7 +258,7 @@ impl Drop for TemporalServer {
 }
 
 /// The start of the line [`forgery`] forges in corral's log.
-const FORGED_AT: &str = "2026-12-05T05:30:00";
+pub const FORGED_AT: &str = "2026-12-05T05:30:00";
 
 /// Text a caller chooses to forge a line in corral's log: `start`, a
 /// newline, a line in corral's own format with a terminal escape, then
