@@ -34,6 +34,13 @@ pub(crate) struct Dispatch<W> {
     pub throttled: Vec<(Arc<str>, Duration)>,
 }
 
+impl<W> Dispatch<W> {
+    /// Nothing changed: no one granted, throttled or to retry.
+    pub fn is_empty(&self) -> bool {
+        self.granted.is_empty() && self.retry_at.is_none() && self.throttled.is_empty()
+    }
+}
+
 impl<W> Default for Dispatch<W> {
     fn default() -> Self {
         Dispatch {
@@ -83,9 +90,12 @@ impl<W> Account<W> {
     }
 
     fn charge(&mut self, used: Duration, now: Instant) {
-        let weighted = used.as_nanos() * u128::from(CpuWeight::DEFAULT.get())
-            / u128::from(self.share.weight.get());
-        self.vruntime += weighted;
+        // A slice's nanoseconds times the default weight fit in 64 bits
+        // (centuries of CPU): no 128-bit division each slice.
+        let nanos = u64::try_from(used.as_nanos()).unwrap_or(u64::MAX);
+        let weighted = nanos.saturating_mul(u64::from(CpuWeight::DEFAULT.get()))
+            / u64::from(self.share.weight.get());
+        self.vruntime += u128::from(weighted);
         if self.share.max.is_some() {
             self.roll(now);
             self.window.1 += used;
@@ -149,7 +159,8 @@ impl<W: PartialEq> Fair<W> {
         }
     }
 
-    /// `waiter` of `tenant` wants a slot.
+    /// `waiter` of `tenant` wants a slot: [`Fair::take`], else in line.
+    #[cfg(test)]
     pub fn request(
         &mut self,
         tenant: &Arc<str>,
@@ -157,6 +168,52 @@ impl<W: PartialEq> Fair<W> {
         waiter: W,
         now: Instant,
     ) -> Dispatch<W> {
+        if self.take(tenant, share, now) {
+            let mut out = Dispatch::default();
+            out.granted.push(waiter);
+            return out;
+        }
+        self.enqueue(tenant, share, waiter, now)
+    }
+
+    /// A task of `tenant` wants a slot: `true` if it holds one now, as
+    /// [`Fair::dispatch`] would decide with no one else in line, a slot
+    /// free and its cap not holding it back; otherwise the caller puts it
+    /// in line ([`Fair::enqueue`]). Without a place in line, the task that
+    /// needs no wait — most of them — costs no waiter to grant and wake.
+    pub fn take(&mut self, tenant: &Arc<str>, share: CpuShare, now: Instant) -> bool {
+        let (waiting, running, slots) = (self.waiting, self.running, self.slots);
+        let account = self.account(tenant, share, now);
+        if waiting == 0 && running < slots && account.capped_until(now).is_none() {
+            account.running += 1;
+            let vruntime = account.vruntime;
+            self.running += 1;
+            self.floor = self.floor.max(vruntime);
+            return true;
+        }
+        false
+    }
+
+    /// `waiter` of `tenant` in line, once [`Fair::take`] refused it.
+    pub fn enqueue(
+        &mut self,
+        tenant: &Arc<str>,
+        share: CpuShare,
+        waiter: W,
+        now: Instant,
+    ) -> Dispatch<W> {
+        // As `take` left it (the same policy, already woken up).
+        let account = self.account(tenant, share, now);
+        // A task is in line once at most: `cancel` takes out the first.
+        debug_assert!(!account.waiting.contains(&waiter), "in line twice");
+        account.waiting.push_back(waiter);
+        self.waiting += 1;
+        self.dispatch(now)
+    }
+
+    /// `tenant`'s account, made if it has none, with `share` its policy
+    /// from now on; one that wakes up gets no credit for the time it slept.
+    fn account(&mut self, tenant: &Arc<str>, share: CpuShare, now: Instant) -> &mut Account<W> {
         let floor = self.floor;
         let account = self
             .tenants
@@ -169,7 +226,7 @@ impl<W: PartialEq> Fair<W> {
                 window: (now, Duration::ZERO),
                 throttled_since: None,
             });
-        // A reloaded policy applies from the next slice.
+        // Its policy, as its tasks carry it.
         account.share = share;
         if account.waiting.is_empty() && account.running == 0 {
             // Waking up: no credit for the time it slept.
@@ -177,21 +234,7 @@ impl<W: PartialEq> Fair<W> {
         } else {
             account.keep_up(floor);
         }
-        // A task is in line once at most: `cancel` takes out the first.
-        debug_assert!(!account.waiting.contains(&waiter), "in line twice");
-        if self.waiting == 0 && self.running < self.slots && account.capped_until(now).is_none() {
-            // No one else waits and a slot is free: what `dispatch` would
-            // decide, without the line.
-            account.running += 1;
-            self.running += 1;
-            self.floor = self.floor.max(account.vruntime);
-            let mut out = Dispatch::default();
-            out.granted.push(waiter);
-            return out;
-        }
-        account.waiting.push_back(waiter);
-        self.waiting += 1;
-        self.dispatch(now)
+        account
     }
 
     /// A slot of `tenant`'s is free again after a slice that used `used`.

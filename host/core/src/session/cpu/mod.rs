@@ -230,6 +230,10 @@ impl CpuScheduler {
     /// Wakes the tasks that now hold a slot, counts throttled time, and
     /// makes sure the next capped window opening wakes someone.
     fn apply(self: &Arc<Self>, dispatch: Dispatch<Ticket>) {
+        // (Most releases change nothing: no one waits.)
+        if dispatch.is_empty() {
+            return;
+        }
         for Ticket(waiter) in dispatch.granted {
             waiter.granted.store(true, Ordering::Release);
             // Woken with the lock let go: a waker may poll at once.
@@ -238,11 +242,8 @@ impl CpuScheduler {
                 waker.wake();
             }
         }
-        // (Checked first: even an empty list's iterator costs its drop.)
-        if !dispatch.throttled.is_empty() {
-            for (tenant, throttled) in dispatch.throttled {
-                self.metrics.cpu_throttled(&tenant, throttled);
-            }
+        for (tenant, throttled) in dispatch.throttled {
+            self.metrics.cpu_throttled(&tenant, throttled);
         }
         if let Some(at) = dispatch.retry_at {
             let mut timer = lock(&self.timer);
@@ -337,8 +338,9 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let me = &*this.ticket.0;
-        // When it asked for a slot, and whether it asked in this poll.
-        let (since, asked_now) = match this.waiting {
+        // When it asked for a slot, and whether it was given one at once,
+        // in this poll.
+        let (since, at_once) = match this.waiting {
             Some(since) => (since, false),
             None => {
                 // Polled before its work was woken (moved to a guest
@@ -352,18 +354,19 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
                 }
                 let now = Instant::now();
                 this.waiting = Some(now);
-                me.granted.store(false, Ordering::Release);
-                let dispatch = lock(&this.scheduler.fair).request(
-                    &this.tenant,
-                    this.share,
-                    this.ticket.clone(),
-                    now,
-                );
-                this.scheduler.apply(dispatch);
-                (now, true)
+                let mut fair = lock(&this.scheduler.fair);
+                let at_once = fair.take(&this.tenant, this.share, now);
+                if !at_once {
+                    me.granted.store(false, Ordering::Release);
+                    let dispatch = fair.enqueue(&this.tenant, this.share, this.ticket.clone(), now);
+                    drop(fair);
+                    this.scheduler.apply(dispatch);
+                }
+                (now, at_once)
             }
         };
-        if !me.granted.load(Ordering::Acquire) {
+        // Given a slot at once, it never waited in line: no waker to set.
+        if !at_once && !me.granted.load(Ordering::Acquire) {
             *lock(&me.waker) = Some(cx.waker().clone());
             if !me.granted.load(Ordering::Acquire) {
                 return Poll::Pending;
@@ -373,10 +376,8 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
             lock(&me.waker).take();
         }
         this.waiting = None;
-        // Given a slot in the poll that asked for it, it did not wait (the
-        // scheduler's own lock, or another thread's grant in between, is
-        // microseconds at most): no clock read.
-        let waited = if asked_now {
+        // Given a slot at once, it did not wait: no clock read.
+        let waited = if at_once {
             Duration::ZERO
         } else {
             since.elapsed()
