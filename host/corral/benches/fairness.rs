@@ -18,7 +18,8 @@
 //! it, one build after the other, and prints both side by side (a build
 //! without CPU weights runs `heavy` at an equal share and has no CPU
 //! metrics to read). `CORRAL_FAIRNESS_LIGHT` sets how many light
-//! activities each phase runs (default 40).
+//! activities each phase runs (default 200: of fewer, the p99 is the
+//! slowest one or two, and one slow task moves it by half).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -359,7 +360,7 @@ async fn bench() -> Result<()> {
         .ok()
         .and_then(|n| n.parse().ok())
         .filter(|&n: &usize| n >= 5)
-        .unwrap_or(40);
+        .unwrap_or(200);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     for needed in [
         "tests/guests/dist/hostile.wasm",
