@@ -61,7 +61,7 @@ fn an_engines_refusal_in_corrals_last_words_is_escaped_and_bounded() {
     std::fs::write(
         &config,
         format!(
-            "[host]\nconnect_timeout = \"1s\"\n[[tenant]]\nname = \"acme\"\n\
+            "[host]\nconnect_timeout = \"1s\"\ncache_dir = \"cache\"\n[[tenant]]\nname = \"acme\"\n\
              temporal = {{ address = \"http://127.0.0.1:{port}\", namespace = \"default\", task_queue = \"q\" }}\n\
              components = [{greeter}]\n"
         ),

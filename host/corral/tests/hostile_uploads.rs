@@ -195,6 +195,38 @@ fn a_tenant_name_a_caller_chose_cannot_forge_a_line_in_the_hosts_log() {
     corral.assert_not_forged(1000);
 }
 
+/// A component whose import's name is a forged log line: refused as
+/// invalid, and the compiler's words, which quote the name, are escaped
+/// and cut in the answer and in the host's log.
+#[test]
+fn a_components_own_names_in_its_refusal_cannot_forge_a_line_in_the_hosts_log() {
+    let host = Host::new("");
+    let corral = host.serve(["", ""]);
+    // The name as a WAT string: its newline and escape written as escapes.
+    let name: String = forgery("bad", 6000)
+        .chars()
+        .map(|c| match c {
+            '\n' => "\\n".to_owned(),
+            '\u{1b}' => "\\1b".to_owned(),
+            c => c.to_string(),
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("forged.wasm");
+    let bytes = wat::parse_str(format!("(component (import \"{name}\" (func)))")).unwrap();
+    std::fs::write(&file, bytes).unwrap();
+    let out = host.cli(
+        &host.tokens[0].token,
+        &["deploy", &file.display().to_string()],
+    );
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("invalid component"), "{said}");
+    assert!(said.contains("bad\\n2026"), "{said}");
+    corral.await_logged("upload refused", 1);
+    corral.assert_not_forged(2500);
+}
+
 /// A client that skips `corral deploy`'s own check and sends a deployment
 /// `reuse` out of bounds straight to the admin API: refused by name,
 /// nothing stored.

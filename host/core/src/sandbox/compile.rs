@@ -23,6 +23,7 @@ use wasmtime::Engine;
 use super::config::{CompileLimits, wasm_config};
 use super::limits::format_bytes;
 use crate::session::cpu::GUEST_NICE;
+use crate::shown::Shown;
 
 /// Where a component's bytes are: in memory, or in a file (an upload or a
 /// pull staged on disk, a stored version), which a compile worker reads
@@ -33,17 +34,22 @@ pub(crate) enum ComponentBytes<'a> {
     File(&'a Path),
 }
 
+/// The most of a compiler's or a worker's words an error shows: they
+/// quote the component (a name in it that is not kebab case), which a
+/// tenant or a registry chose, so they are shown escaped and cut to this.
+pub const MAX_REASON: usize = 2 << 10;
+
 /// Why a compile in the worker produced nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CompileError {
     /// The component is not valid: the compiler's own words.
-    #[error("{0}")]
+    #[error("{}", Shown(.0, MAX_REASON))]
     Invalid(String),
     #[error("compiling took longer than the host allows (compile_timeout = {})", humantime(*.0))]
     TooSlow(Duration),
     #[error("compiling needed more memory than the host allows (compile_memory = {})", format_bytes(*.0))]
     TooBig(u64),
-    #[error("the compile worker failed: {0}")]
+    #[error("the compile worker failed: {}", Shown(.0, MAX_REASON))]
     Worker(String),
 }
 

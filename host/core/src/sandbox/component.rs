@@ -12,10 +12,11 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, InstancePre};
 
-use super::compile::{CompileError, ComponentBytes, compile_in_worker};
+use super::compile::{CompileError, ComponentBytes, MAX_REASON, compile_in_worker};
 use super::context::TaskState;
 use super::engine::Sandbox;
 use super::signature::{ActivityType, UnsupportedExport, exported_functions};
+use crate::shown::Shown;
 
 /// A component ready to run tasks: compiled, linked, its exports indexed.
 #[derive(Clone)]
@@ -85,7 +86,9 @@ impl fmt::Display for LoadError {
                 "this is a core WebAssembly module, not a component: build for \
                  `wasm32-wasip2`, or wrap it with `wasm-tools component new`",
             ),
-            LoadError::Invalid(reason) => write!(f, "invalid component: {reason}"),
+            LoadError::Invalid(reason) => {
+                write!(f, "invalid component: {}", Shown(reason, MAX_REASON))
+            }
             LoadError::UnsatisfiedImports(names) => {
                 f.write_str("the component imports what this host does not provide: ")?;
                 let shown: Vec<String> = names
@@ -100,7 +103,11 @@ impl fmt::Display for LoadError {
                 }
             }
             LoadError::Link(reason) => {
-                write!(f, "the component's imports do not match the host: {reason}")
+                write!(
+                    f,
+                    "the component's imports do not match the host: {}",
+                    Shown(reason, MAX_REASON)
+                )
             }
             LoadError::NoActivities(unsupported) => {
                 f.write_str("the component exports no function usable as an activity type")?;
@@ -117,7 +124,7 @@ impl fmt::Display for LoadError {
             }
             LoadError::Io(reason) => write!(f, "{reason}"),
             LoadError::Compile(CompileError::Invalid(reason)) => {
-                write!(f, "invalid component: {reason}")
+                write!(f, "invalid component: {}", Shown(reason, MAX_REASON))
             }
             LoadError::Compile(e) => write!(f, "{e}"),
         }

@@ -165,8 +165,17 @@ async fn register(shared: &Shared) -> Result<Connection, Failed> {
             message: Some(ServerFrame::RegisterAck(ack)),
         }) => ack,
         other => {
+            // Named by its kind: the frame's own text (a task's whole
+            // input) is the server's, of any size.
+            let got = match other {
+                None => "the end of the stream",
+                Some(wire::ServerToWorker { message: None }) => "an empty frame",
+                Some(wire::ServerToWorker {
+                    message: Some(frame),
+                }) => frame_kind(&frame),
+            };
             return Err(Failed::Transport(format!(
-                "the Aion server answered the registration with {other:?}, not an acknowledgement"
+                "the Aion server answered the registration with {got}, not an acknowledgement"
             )));
         }
     };
@@ -385,6 +394,18 @@ async fn settled(shared: &Shared) {
             () = changed => {}
             () = acked => {}
         }
+    }
+}
+
+/// What a server frame is, in the host's words.
+fn frame_kind(frame: &ServerFrame) -> &'static str {
+    match frame {
+        ServerFrame::Task(_) => "a task",
+        ServerFrame::CancelActivity(_) => "a cancel",
+        ServerFrame::ResultAck(_) => "a result's acknowledgement",
+        ServerFrame::LivenessPing(_) => "a liveness ping",
+        ServerFrame::Drain(_) => "a drain",
+        ServerFrame::RegisterAck(_) => "a registration's acknowledgement",
     }
 }
 
