@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::share::CpuUse;
@@ -55,10 +56,36 @@ struct Inner {
     /// Tenant → canaries rolled back by themselves.
     rollbacks: BTreeMap<String, u64>,
     loads: BTreeMap<&'static str, u64>,
-    /// Tenant → activity type → (CPU, waited for CPU).
-    cpu: BTreeMap<String, BTreeMap<String, (Duration, Duration)>>,
+    /// Tenant → activity type → CPU used and waited for.
+    cpu: BTreeMap<String, BTreeMap<String, Arc<TypeCpu>>>,
     /// Tenant → time its cap held a runnable task back.
     throttled: BTreeMap<String, Duration>,
+}
+
+/// One activity type's CPU, used and waited for, counted as its tasks run:
+/// a task's scheduler holds its type's counters ([`Metrics::cpu_of`]) and
+/// adds to them without the metrics' lock or a lookup by name.
+#[derive(Debug, Default)]
+pub struct TypeCpu {
+    /// Nanoseconds.
+    used: AtomicU64,
+    waited: AtomicU64,
+}
+
+impl TypeCpu {
+    pub fn add(&self, used: CpuUse) {
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.used.fetch_add(nanos(used.cpu), Ordering::Relaxed);
+        self.waited.fetch_add(nanos(used.waited), Ordering::Relaxed);
+    }
+
+    /// CPU used, and waited for, so far.
+    fn read(&self) -> (Duration, Duration) {
+        (
+            Duration::from_nanos(self.used.load(Ordering::Relaxed)),
+            Duration::from_nanos(self.waited.load(Ordering::Relaxed)),
+        )
+    }
 }
 
 /// A tenant's CPU: see [`Metrics::cpu`].
@@ -105,24 +132,17 @@ impl Metrics {
         entry(entry(&mut inner.durations, tenant), activity_type).observe(took.as_secs_f64());
     }
 
+    /// The counters of `tenant`'s `activity_type` CPU, made the first time
+    /// either is asked for.
+    pub fn cpu_of(&self, tenant: &str, activity_type: &str) -> Arc<TypeCpu> {
+        entry(entry(&mut self.lock().cpu, tenant), activity_type).clone()
+    }
+
     /// The CPU one task's execution used, and how long it was runnable
     /// but waited for a core.
+    #[cfg(test)]
     pub fn cpu_used(&self, tenant: &str, activity_type: &str, used: CpuUse) {
-        let mut inner = self.lock();
-        // At each task's end (and every 10 ms of it): a label seen before
-        // is looked up once, not twice.
-        if let Some((cpu, waited)) = inner
-            .cpu
-            .get_mut(tenant)
-            .and_then(|types| types.get_mut(activity_type))
-        {
-            *cpu += used.cpu;
-            *waited += used.waited;
-            return;
-        }
-        let (cpu, waited) = entry(entry(&mut inner.cpu, tenant), activity_type);
-        *cpu += used.cpu;
-        *waited += used.waited;
+        self.cpu_of(tenant, activity_type).add(used);
     }
 
     /// A tenant's CPU so far: used and waited for by its finished tasks,
@@ -134,8 +154,9 @@ impl Metrics {
             .get(tenant)
             .into_iter()
             .flat_map(BTreeMap::values)
+            .map(|counters| counters.read())
             .fold((Duration::ZERO, Duration::ZERO), |(u, w), (cpu, waited)| {
-                (u + *cpu, w + *waited)
+                (u + cpu, w + waited)
             });
         TenantCpu {
             used,
@@ -392,7 +413,8 @@ impl Metrics {
             "counter",
             "CPU time of tasks' execution (the guest and the host's work for it), counted as it goes.",
         );
-        for (tenant, ty, (cpu, _)) in flatten(&inner.cpu) {
+        for (tenant, ty, counters) in flatten(&inner.cpu) {
+            let (cpu, _) = counters.read();
             let _ = writeln!(
                 out,
                 "corral_tenant_cpu_seconds_total{{tenant=\"{}\",activity_type=\"{}\"}} {}",
@@ -407,7 +429,8 @@ impl Metrics {
             "counter",
             "Time tasks were runnable but waited for a core (or their tenant's cap).",
         );
-        for (tenant, ty, (_, waited)) in flatten(&inner.cpu) {
+        for (tenant, ty, counters) in flatten(&inner.cpu) {
+            let (_, waited) = counters.read();
             let _ = writeln!(
                 out,
                 "corral_tenant_cpu_wait_seconds_total{{tenant=\"{}\",activity_type=\"{}\"}} {}",

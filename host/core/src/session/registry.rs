@@ -7,9 +7,10 @@
 //! tasks already running finish on the version they started with.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use super::canary::{Routed, Side, Split};
+use crate::metrics::{Metrics, TypeCpu};
 use crate::sandbox::{DeploymentReuse, LoadedComponent, Outcome, PreparedTenant, SecretShadows};
 
 /// Where a task goes.
@@ -22,9 +23,19 @@ pub struct Route {
     pub activity: Arc<str>,
     /// Under a canary: its split, and the side this task was routed to.
     pub side: Option<(Arc<Split>, Side)>,
+    /// The type's CPU counters, found in the metrics by its first task and
+    /// kept for the rest (shared by every copy of the route).
+    pub cpu: Arc<OnceLock<Arc<TypeCpu>>>,
 }
 
 impl Route {
+    /// The counters its tasks' CPU is added to, in `metrics`.
+    pub fn cpu_of(&self, metrics: &Metrics) -> Arc<TypeCpu> {
+        self.cpu
+            .get_or_init(|| metrics.cpu_of(&self.tenant.label, &self.activity))
+            .clone()
+    }
+
     /// Counts a task's outcome on its canary's side, under a canary.
     pub fn record(&self, outcome: &Outcome) {
         if let Some((split, side)) = &self.side {
@@ -122,6 +133,7 @@ impl Deployment {
             component: self.component.clone(),
             activity: Arc::from(activity),
             side: None,
+            cpu: Arc::default(),
         }
     }
 }

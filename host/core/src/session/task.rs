@@ -252,7 +252,7 @@ async fn execute(
         .cpu
         .execute(
             route.tenant.label.clone(),
-            route.activity.clone(),
+            route.cpu_of(&session.metrics),
             route.tenant.cpu,
             move || async move { sandbox.execute(&component, &prepared, task).await },
         )

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use corral_core::metrics::Metrics;
+use corral_core::metrics::{Metrics, TypeCpu};
 use corral_core::sandbox::{LoadedComponent, PreparedTenant, Sandbox, SandboxConfig, Task};
 use corral_core::session::cpu::CpuScheduler;
 use corral_core::share::CpuShare;
@@ -208,7 +208,8 @@ impl Counting {
             return Ok(());
         }
         let name: Arc<str> = Arc::from("bench");
-        let activity: Arc<str> = Arc::from(self.activity);
+        // As a session's route keeps its type's CPU counters.
+        let counters = Arc::new(TypeCpu::default());
         for _ in 0..n {
             let task = Task::new(self.activity, vec![self.input.clone()]);
             // The same work either way, so the difference is the
@@ -223,10 +224,10 @@ impl Counting {
                 None => work().await,
                 Some(scheduler) => {
                     // As a session passes its route's: the tenant's name
-                    // and the activity type's, shared.
+                    // and the activity type's counters, shared.
                     let share = CpuShare::default();
                     scheduler
-                        .execute(name.clone(), activity.clone(), share, work)
+                        .execute(name.clone(), counters.clone(), share, work)
                         .await
                         .0
                 }

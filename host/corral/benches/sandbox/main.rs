@@ -184,7 +184,7 @@ async fn overhead_of(guest: &Guest, config: SandboxConfig, label: &str) -> Resul
             let (out, _) = scheduler
                 .execute(
                     Arc::from("bench"),
-                    Arc::from(activity),
+                    Arc::default(),
                     CpuShare::default(),
                     work,
                 )

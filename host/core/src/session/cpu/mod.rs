@@ -35,7 +35,7 @@ use fair::{Dispatch, Fair};
 pub use threads::GUEST_NICE;
 use threads::GuestThreads;
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TypeCpu};
 use crate::sync::lock;
 
 /// How much CPU (and waiting for it) a task counts before it adds it to the
@@ -144,7 +144,7 @@ impl CpuScheduler {
     pub fn execute<F>(
         self: &Arc<Self>,
         tenant: Arc<str>,
-        activity_type: Arc<str>,
+        cpu: Arc<TypeCpu>,
         share: CpuShare,
         work: impl FnOnce() -> F,
     ) -> impl Future<Output = (F::Output, CpuUse)> + Send + '_
@@ -155,7 +155,7 @@ impl CpuScheduler {
         // In a box, so that moving the task to a guest thread moves a
         // pointer; one an ended task left, when there is one.
         let work = self.boxes.boxed(work);
-        let mut scheduled = self.schedule(tenant, activity_type, share, work);
+        let mut scheduled = self.schedule(tenant, cpu, share, work);
         async move {
             let Some(threads) = &self.threads else {
                 return scheduled.await;
@@ -185,8 +185,9 @@ impl CpuScheduler {
         }
     }
 
-    /// [`CpuScheduler::schedule`] of any future, boxed: the tests' way in
-    /// (the host's is [`CpuScheduler::execute`]).
+    /// [`CpuScheduler::schedule`] of any future, boxed, its CPU counted
+    /// under `activity_type`: the tests' way in (the host's is
+    /// [`CpuScheduler::execute`]).
     #[cfg(test)]
     pub(crate) fn run<F: Future>(
         self: &Arc<Self>,
@@ -195,17 +196,19 @@ impl CpuScheduler {
         share: CpuShare,
         work: F,
     ) -> Scheduled<Pin<Box<F>>> {
-        self.schedule(tenant, activity_type, share, Box::pin(work))
+        let cpu = self.metrics.cpu_of(&tenant, &activity_type);
+        self.schedule(tenant, cpu, share, Box::pin(work))
     }
 
-    /// `work` of `tenant` (executing `activity_type`), run only while it
-    /// holds a slot; its CPU is counted as it goes, under both names.
+    /// `work` of `tenant`, run only while it holds a slot; its CPU is
+    /// counted as it goes, in its tenant's account and in `cpu`, its
+    /// activity type's counters.
     /// `work` may move once polled: a boxed future, so that moving the task
     /// to a guest thread moves a pointer.
     fn schedule<W: Future + Unpin>(
         self: &Arc<Self>,
         tenant: Arc<str>,
-        activity_type: Arc<str>,
+        cpu: Arc<TypeCpu>,
         share: CpuShare,
         work: W,
     ) -> Scheduled<W> {
@@ -213,7 +216,7 @@ impl CpuScheduler {
         Scheduled {
             scheduler: self.clone(),
             tenant,
-            activity_type,
+            cpu,
             unreported: CpuUse::default(),
             share,
             work: Some(work),
@@ -271,7 +274,8 @@ impl CpuScheduler {
 pub struct Scheduled<W> {
     scheduler: Arc<CpuScheduler>,
     tenant: Arc<str>,
-    activity_type: Arc<str>,
+    /// Its activity type's CPU counters.
+    cpu: Arc<TypeCpu>,
     /// Used since it was last added to the metrics.
     unreported: CpuUse,
     share: CpuShare,
@@ -429,13 +433,11 @@ impl<W> Scheduled<W> {
         self.scheduler.apply(dispatch);
     }
 
-    /// Adds what it used since the last time to the metrics.
+    /// Adds what it used since the last time to its type's counters.
     fn report(&mut self) {
         let unreported = std::mem::take(&mut self.unreported);
         if unreported != CpuUse::default() {
-            self.scheduler
-                .metrics
-                .cpu_used(&self.tenant, &self.activity_type, unreported);
+            self.cpu.add(unreported);
         }
     }
 }

@@ -52,7 +52,7 @@ where
     async move {
         let share = CpuShare::default();
         scheduler
-            .execute(tenant, Arc::from("where"), share, || work)
+            .execute(tenant, Arc::default(), share, || work)
             .await
     }
 }

@@ -203,8 +203,8 @@ impl Catalog {
                 let _slot = permits.host_slot().await;
                 let started = Instant::now();
                 let label: Arc<str> = spec.tenant.name.as_str().into();
-                let activity: Arc<str> = attempt.activity_type.as_str().into();
-                let outcome = cpu.execute(label, activity, spec.tenant.cpu, work).await.0;
+                let counters = self.metrics.cpu_of(&label, &attempt.activity_type);
+                let outcome = cpu.execute(label, counters, spec.tenant.cpu, work).await.0;
                 (outcome, started)
             }
             None => (work().await, Instant::now()),
