@@ -74,9 +74,16 @@ pub struct TypeCpu {
 
 impl TypeCpu {
     pub fn add(&self, used: CpuUse) {
-        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.used.fetch_add(nanos(used.cpu), Ordering::Relaxed);
-        self.waited.fetch_add(nanos(used.waited), Ordering::Relaxed);
+        // Saturating: waits add up across tasks in line (a second a second
+        // for each), so a busy host's total could wrap in weeks.
+        let add = |counter: &AtomicU64, d: Duration| {
+            let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+            let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |total| {
+                Some(total.saturating_add(nanos))
+            });
+        };
+        add(&self.used, used.cpu);
+        add(&self.waited, used.waited);
     }
 
     /// CPU used, and waited for, so far.
@@ -529,6 +536,20 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line}\n{text}");
         }
+    }
+
+    #[test]
+    fn a_types_cpu_counters_stop_at_their_most_rather_than_wrap() {
+        let m = Metrics::default();
+        let almost = Duration::from_nanos(u64::MAX - 10);
+        let used = CpuUse {
+            cpu: almost,
+            waited: almost,
+        };
+        m.cpu_used("a", "x", used);
+        m.cpu_used("a", "x", used);
+        let most = Duration::from_nanos(u64::MAX);
+        assert_eq!((m.cpu("a").used, m.cpu("a").waited), (most, most));
     }
 
     #[test]

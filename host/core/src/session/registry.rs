@@ -29,7 +29,8 @@ pub struct Route {
 }
 
 impl Route {
-    /// The counters its tasks' CPU is added to, in `metrics`.
+    /// The counters its tasks' CPU is added to, in `metrics` (found by its
+    /// first task: a registry serves one session, so one `metrics`).
     pub fn cpu_of(&self, metrics: &Metrics) -> Arc<TypeCpu> {
         self.cpu
             .get_or_init(|| metrics.cpu_of(&self.tenant.label, &self.activity))

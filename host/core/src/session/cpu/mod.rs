@@ -38,9 +38,8 @@ use threads::GuestThreads;
 use crate::metrics::{Metrics, TypeCpu};
 use crate::sync::lock;
 
-/// How much CPU (and waiting for it) a task counts before it adds it to the
-/// metrics: they stay current within this per task, at one metrics update
-/// per about ten slices.
+/// How much CPU (and waiting for it) a task counts before it adds it to its
+/// type's counters: they stay current within this per task.
 const REPORT_EVERY: Duration = Duration::from_millis(10);
 
 /// The guest slots of a host with this machine's cores.
