@@ -12,7 +12,7 @@ use serde_json::Value;
 use common::activities::text;
 use common::aion::{AionServer, HEARTBEAT_WINDOW_MS, awl};
 use common::example;
-use common::processes::{Corral, free_port, sample, scrape};
+use common::processes::{Corral, free_port, sample, scrape, serve_to_exit};
 
 /// The AWL types and actions that match the example components.
 const CONTRACT: &str = r#"
@@ -555,22 +555,12 @@ fn a_deploy_while_serving_registers_the_new_activity_types_with_aion() {
 
 #[test]
 fn an_unreachable_aion_server_is_named_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("corral.toml");
     let greeter = format!("{:?}", example("greeter").display().to_string());
     let address = format!("127.0.0.1:{}", free_port());
-    std::fs::write(
-        &config,
-        format!(
-            "[host]\nconnect_timeout = \"1s\"\n[[tenant]]\nname = \"acme\"\n\
-             aion = {{ address = \"{address}\" }}\ncomponents = [{greeter}]\n"
-        ),
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
-        .args(["serve", "--config", &config.display().to_string()])
-        .output()
-        .unwrap();
+    let out = serve_to_exit(&format!(
+        "[host]\nconnect_timeout = \"1s\"\n[[tenant]]\nname = \"acme\"\n\
+         aion = {{ address = \"{address}\" }}\ncomponents = [{greeter}]\n"
+    ));
     let said = text(&out);
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(

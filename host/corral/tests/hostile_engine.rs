@@ -5,7 +5,7 @@ mod common;
 
 use common::activities::text;
 use common::example;
-use common::processes::{FORGED_AT, forgery};
+use common::processes::{FORGED_AT, forgery, loopback_peer, serve_to_exit};
 
 /// A gRPC peer on a loopback port that answers every call with
 /// `PERMISSION_DENIED` and `message` (trailers only, as a gRPC server
@@ -20,57 +20,36 @@ fn refusing_grpc_peer(message: &str) -> u16 {
             _ => format!("%{b:02X}"),
         })
         .collect();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    listener.set_nonblocking(true).unwrap();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            while let Ok((socket, _)) = listener.accept().await {
-                let encoded = encoded.clone();
-                tokio::spawn(async move {
-                    let Ok(mut connection) = h2::server::handshake(socket).await else {
-                        return;
-                    };
-                    while let Some(Ok((_, mut respond))) = connection.accept().await {
-                        let refusal = http::Response::builder()
-                            .header("content-type", "application/grpc")
-                            .header("grpc-status", "7")
-                            .header("grpc-message", encoded.as_str())
-                            .body(())
-                            .unwrap();
-                        let _ = respond.send_response(refusal, true);
-                    }
-                });
-            }
-        });
-    });
-    port
+    loopback_peer(|listener| async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let encoded = encoded.clone();
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(socket).await else {
+                    return;
+                };
+                while let Some(Ok((_, mut respond))) = connection.accept().await {
+                    let refusal = http::Response::builder()
+                        .header("content-type", "application/grpc")
+                        .header("grpc-status", "7")
+                        .header("grpc-message", encoded.as_str())
+                        .body(())
+                        .unwrap();
+                    let _ = respond.send_response(refusal, true);
+                }
+            });
+        }
+    })
 }
 
 #[test]
 fn an_engines_refusal_in_corrals_last_words_is_escaped_and_bounded() {
     let port = refusing_grpc_peer(&forgery("refused", 6000));
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("corral.toml");
     let greeter = format!("{:?}", example("greeter").display().to_string());
-    std::fs::write(
-        &config,
-        format!(
-            "[host]\nconnect_timeout = \"1s\"\ncache_dir = \"cache\"\n[[tenant]]\nname = \"acme\"\n\
-             temporal = {{ address = \"http://127.0.0.1:{port}\", namespace = \"default\", task_queue = \"q\" }}\n\
-             components = [{greeter}]\n"
-        ),
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
-        .args(["serve", "--config", &config.display().to_string()])
-        .output()
-        .unwrap();
+    let out = serve_to_exit(&format!(
+        "[host]\nconnect_timeout = \"1s\"\ncache_dir = \"cache\"\n[[tenant]]\nname = \"acme\"\n\
+         temporal = {{ address = \"http://127.0.0.1:{port}\", namespace = \"default\", task_queue = \"q\" }}\n\
+         components = [{greeter}]\n"
+    ));
     let said = text(&out);
     assert_eq!(out.status.code(), Some(2), "{said}");
     // It did hear the peer (so the bounds below were tested), and says

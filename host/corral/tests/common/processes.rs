@@ -257,6 +257,41 @@ impl Drop for TemporalServer {
     }
 }
 
+/// Serves `serve` on a free loopback port, on a thread and runtime of its
+/// own, for the life of the test process: a peer the test plays (a trace
+/// receiver, a hostile engine). Its port.
+pub fn loopback_peer<F, Fut>(serve: F) -> u16
+where
+    F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            serve(tokio::net::TcpListener::from_std(listener).unwrap()).await;
+        });
+    });
+    port
+}
+
+/// `corral serve` on `config`, written to a temporary directory (its
+/// relative paths are under it), run to its exit.
+pub fn serve_to_exit(config: &str) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("corral.toml");
+    std::fs::write(&path, config).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["serve", "--config", &path.display().to_string()])
+        .output()
+        .unwrap()
+}
+
 /// The start of the line [`forgery`] forges in corral's log.
 pub const FORGED_AT: &str = "2026-12-05T05:30:00";
 
