@@ -276,6 +276,15 @@ impl<W: PartialEq> Fair<W> {
         dispatch
     }
 
+    /// CPU `tenant` used outside a slot (a cancelled task's teardown),
+    /// counted as a slice's is, while it has an account (one forgotten
+    /// would start at the floor anyway).
+    pub fn charge(&mut self, tenant: &str, used: Duration, now: Instant) {
+        if let Some(account) = self.tenants.get_mut(tenant) {
+            account.charge(used, now);
+        }
+    }
+
     /// Takes `waiter` out of the queue at `now`; `None` if it was not
     /// waiting (it was granted a slot, which the caller must then
     /// release). The last of a tenant's tasks to leave the line while its

@@ -458,8 +458,20 @@ fn end_work<W>(work: &mut Option<W>, context: &Option<(tracing::Span, tracing::D
 
 impl<W> Drop for Scheduled<W> {
     fn drop(&mut self) {
-        // Cancelled on the way, or already ended (then nothing to drop).
-        end_work(&mut self.work, &self.context);
+        // Cancelled on the way (a deadline, a cancel, its caller gone):
+        // its teardown — the store, the instance, up to its memory limit
+        // to unmap — is its tenant's CPU too, though it holds no slot for
+        // it, so a tenant's cancels cost it its share. (An ended task's
+        // work is gone already: no clock read.)
+        let torn_down = if self.work.is_some() {
+            let before = thread_cpu();
+            end_work(&mut self.work, &self.context);
+            thread_cpu().saturating_sub(before)
+        } else {
+            Duration::ZERO
+        };
+        self.used.cpu += torn_down;
+        self.unreported.cpu += torn_down;
         let in_line = self.waiting.take().map(|since| (since, Instant::now()));
         if let Some((since, now)) = in_line {
             // Dropped in line (a deadline or cancel while it waited for a
@@ -472,13 +484,17 @@ impl<W> Drop for Scheduled<W> {
         if self.holding {
             // Its poll panicked while it held a slot.
             self.holding = false;
-            self.holding_release(Duration::ZERO);
+            self.holding_release(torn_down);
             return;
         }
         let Some((_, now)) = in_line else {
+            if !torn_down.is_zero() {
+                lock(&self.scheduler.fair).charge(&self.tenant, torn_down, Instant::now());
+            }
             return;
         };
         let mut fair = lock(&self.scheduler.fair);
+        fair.charge(&self.tenant, torn_down, now);
         // Still in line: out of it (its throttled time counted), or
         // granted, never used: the slot goes to the next.
         let dispatch = match fair.cancel(&self.tenant, &self.ticket, now) {

@@ -438,6 +438,43 @@ async fn a_task_dropped_in_line_counts_the_time_it_waited_there() {
     );
 }
 
+/// Work whose drop burns this much of its thread's CPU (a store and an
+/// instance to tear down).
+struct CostlyToDrop(Duration);
+
+impl Drop for CostlyToDrop {
+    fn drop(&mut self) {
+        let start = thread_cpu();
+        while thread_cpu().saturating_sub(start) < self.0 {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_tasks_teardown_is_counted_as_its_tenants_cpu() {
+    // Cancelled while it waits for I/O: in no line, holding no slot.
+    let metrics = Arc::new(Metrics::default());
+    let scheduler = CpuScheduler::new(1, metrics.clone());
+    let mut cx = Context::from_waker(Waker::noop());
+    let costly = CostlyToDrop(Duration::from_millis(20));
+    let mut waiting = Box::pin(scheduler.run(
+        Arc::from("b"),
+        Arc::from("io"),
+        CpuShare::default(),
+        async move {
+            let _costly = costly;
+            std::future::pending::<()>().await;
+        },
+    ));
+    assert!(waiting.as_mut().poll(&mut cx).is_pending());
+    let before = metrics.cpu("b").used;
+    drop(waiting);
+    let counted = metrics.cpu("b").used.saturating_sub(before);
+    assert!(
+        counted >= Duration::from_millis(20),
+        "counted {counted:?} of a 20 ms teardown"
+    );
+}
+
 /// A waker that, woken, has the task follow another waker at once, as a
 /// waker that polls the task where it is woken would.
 struct Reentrant(Mutex<Option<Arc<Waiter>>>);

@@ -362,3 +362,22 @@ fn an_idle_tenant_is_forgotten_once_the_floor_passes_it_or_its_window_rolls_over
         "only the tenant that is busy is left to scan"
     );
 }
+
+#[test]
+fn cpu_a_tenant_used_outside_a_slot_counts_in_its_share() {
+    let mut fair = Fair::new(1);
+    let now = Instant::now();
+    let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+    assert_eq!(fair.request(&a, share(100, None), 1, now).granted[..], [1]);
+    assert!(
+        fair.request(&b, share(100, None), 2, now)
+            .granted
+            .is_empty()
+    );
+    assert_eq!(fair.release(&a, SLICE, Some(1), now).granted[..], [2]);
+    // A task of a's torn down outside its slot, as long as five slices.
+    fair.charge(&a, 5 * SLICE, now);
+    // Even again after b's slice, a would go next by name; charged, b
+    // goes on.
+    assert_eq!(fair.release(&b, SLICE, Some(2), now).granted[..], [2]);
+}
