@@ -216,13 +216,12 @@ impl CpuScheduler {
             scheduler: self.clone(),
             tenant,
             cpu,
-            unreported: CpuUse::default(),
+            tally: Tally::default(),
             share,
             work: Some(work),
             holding: false,
             polled: false,
             waiting: None,
-            used: CpuUse::default(),
             waker: Waker::from(ticket.clone()),
             ticket: Ticket(ticket),
             context: None,
@@ -269,14 +268,34 @@ impl CpuScheduler {
     }
 }
 
+/// A task's CPU and its wait for it: all of it, and what its type's
+/// counters have not had yet.
+#[derive(Default)]
+struct Tally {
+    total: CpuUse,
+    unreported: CpuUse,
+}
+
+impl Tally {
+    fn cpu(&mut self, used: Duration) {
+        self.total.cpu += used;
+        self.unreported.cpu += used;
+    }
+
+    fn waited(&mut self, waited: Duration) {
+        self.total.waited += waited;
+        self.unreported.waited += waited;
+    }
+}
+
 /// A task's execution under the scheduler: see `CpuScheduler::schedule`.
 pub struct Scheduled<W> {
     scheduler: Arc<CpuScheduler>,
     tenant: Arc<str>,
     /// Its activity type's CPU counters.
     cpu: Arc<TypeCpu>,
-    /// Used since it was last added to the metrics.
-    unreported: CpuUse,
+    /// What it used and waited so far.
+    tally: Tally,
     share: CpuShare,
     /// Until it ends (dropped then, while it holds its slot; a task
     /// cancelled on the way is dropped, its store and instance with it, by
@@ -288,7 +307,6 @@ pub struct Scheduled<W> {
     polled: bool,
     /// In line since then, when it is.
     waiting: Option<Instant>,
-    used: CpuUse,
     /// The waker `work` is polled with: [`Waiter`]'s.
     waker: Waker,
     /// Its place in line each time it asks for a slot.
@@ -385,8 +403,7 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
         } else {
             since.elapsed()
         };
-        this.used.waited += waited;
-        this.unreported.waited += waited;
+        this.tally.waited(waited);
         me.follow(cx.waker());
         me.woken.store(false, Ordering::Release);
         let Some(work) = this.work.as_mut() else {
@@ -405,8 +422,7 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
             end_work(&mut this.work, &this.context);
         }
         let used = thread_cpu().saturating_sub(before);
-        this.used.cpu += used;
-        this.unreported.cpu += used;
+        this.tally.cpu(used);
         let now = Instant::now();
         // Woken while it was polled: it yielded and runs on, so it is back
         // in line before the slot is given to anyone.
@@ -418,10 +434,11 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
         this.holding = false;
         let dispatch = lock(&this.scheduler.fair).release(&this.tenant, used, again, now);
         this.scheduler.apply(dispatch);
-        if polled.is_ready() || this.unreported.cpu + this.unreported.waited >= REPORT_EVERY {
+        let unreported = this.tally.unreported;
+        if polled.is_ready() || unreported.cpu + unreported.waited >= REPORT_EVERY {
             this.report();
         }
-        polled.map(|output| (output, this.used))
+        polled.map(|output| (output, this.tally.total))
     }
 }
 
@@ -434,7 +451,7 @@ impl<W> Scheduled<W> {
 
     /// Adds what it used since the last time to its type's counters.
     fn report(&mut self) {
-        let unreported = std::mem::take(&mut self.unreported);
+        let unreported = std::mem::take(&mut self.tally.unreported);
         if unreported != CpuUse::default() {
             self.cpu.add(unreported);
         }
@@ -470,15 +487,13 @@ impl<W> Drop for Scheduled<W> {
         } else {
             Duration::ZERO
         };
-        self.used.cpu += torn_down;
-        self.unreported.cpu += torn_down;
+        self.tally.cpu(torn_down);
         let in_line = self.waiting.take().map(|since| (since, Instant::now()));
         if let Some((since, now)) = in_line {
             // Dropped in line (a deadline or cancel while it waited for a
             // core or its cap's window): that wait is counted too.
             let waited = now.saturating_duration_since(since);
-            self.used.waited += waited;
-            self.unreported.waited += waited;
+            self.tally.waited(waited);
         }
         self.report();
         if self.holding {
