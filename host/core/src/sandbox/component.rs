@@ -86,7 +86,7 @@ impl fmt::Display for LoadError {
                 "this is a core WebAssembly module, not a component: build for \
                  `wasm32-wasip2`, or wrap it with `wasm-tools component new`",
             ),
-            LoadError::Invalid(reason) => {
+            LoadError::Invalid(reason) | LoadError::Compile(CompileError::Invalid(reason)) => {
                 write!(f, "invalid component: {}", Shown(reason, MAX_REASON))
             }
             LoadError::UnsatisfiedImports(names) => {
@@ -123,9 +123,6 @@ impl fmt::Display for LoadError {
                 Ok(())
             }
             LoadError::Io(reason) => write!(f, "{reason}"),
-            LoadError::Compile(CompileError::Invalid(reason)) => {
-                write!(f, "invalid component: {}", Shown(reason, MAX_REASON))
-            }
             LoadError::Compile(e) => write!(f, "{e}"),
         }
     }
