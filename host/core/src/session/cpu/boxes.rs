@@ -47,14 +47,19 @@ impl TaskBoxes {
         })
     }
 
-    /// The future `build` makes, in a kept box if there is one (into
-    /// which `Pin::set` copies it once), else in a new one it is built
-    /// for.
+    /// The future `build` makes, in a kept box if there is one, else in
+    /// a new one it is built for.
     pub fn boxed<F: Send + 'static>(self: &Arc<Self>, build: impl FnOnce() -> F) -> TaskBox<F> {
         let kept = of_type::<F>(&mut lock(&self.kept)).and_then(Vec::pop);
         let slot = match kept {
             Some(mut slot) => {
-                slot.as_mut().set(Some(build()));
+                // SAFETY: a kept box holds `None` (its task's future was
+                // dropped in place before it was kept), so writing over it
+                // drops nothing, and its content is replaced where it is,
+                // never moved out of its pin. Written without `Pin::set`'s
+                // drop of the old value, the future is built in the box,
+                // not built beside it and copied in.
+                unsafe { std::ptr::write(slot.as_mut().get_unchecked_mut(), Some(build())) };
                 slot
             }
             None => Box::into_pin(Box::write(Box::new_uninit(), Some(build()))),

@@ -18,6 +18,7 @@
 //! ([`CpuScheduler::execute`]).
 
 mod boxes;
+mod execute;
 mod fair;
 mod threads;
 
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::share::{CpuShare, CpuUse};
 use boxes::TaskBoxes;
+use execute::Execute;
 pub use fair::CAP_WINDOW;
 use fair::{Dispatch, Fair};
 pub use threads::GUEST_NICE;
@@ -87,27 +89,6 @@ pub struct CpuScheduler {
     boxes: Arc<TaskBoxes>,
 }
 
-/// A task's first poll running on the host's threads: its place in
-/// [`CpuScheduler::inline`], given back when dropped (a panic too).
-struct Inline<'a>(&'a AtomicUsize);
-
-impl<'a> Inline<'a> {
-    fn take(places: &'a AtomicUsize) -> Option<Inline<'a>> {
-        places
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |free| {
-                free.checked_sub(1)
-            })
-            .ok()
-            .map(|_| Inline(places))
-    }
-}
-
-impl Drop for Inline<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
-    }
-}
-
 impl CpuScheduler {
     pub fn new(slots: usize, metrics: Arc<Metrics>) -> Arc<Self> {
         let threads = GuestThreads::new(slots)
@@ -140,6 +121,12 @@ impl CpuScheduler {
     /// interval, or the watchdog's slice in host calls, with the task's
     /// conversion and instantiation), once; never more than half of them
     /// at a time, and none while the slots are all taken.
+    ///
+    /// Inlined into its caller: `work` (the task's arguments, hundreds of
+    /// bytes) is then built into its box where it is, not copied into this
+    /// call's arguments first (`cargo bench -p corral --bench sandbox
+    /// callgrind`).
+    #[inline(always)]
     pub fn execute<F>(
         self: &Arc<Self>,
         tenant: Arc<str>,
@@ -154,34 +141,7 @@ impl CpuScheduler {
         // In a box, so that moving the task to a guest thread moves a
         // pointer; one an ended task left, when there is one.
         let work = self.boxes.boxed(work);
-        let mut scheduled = self.schedule(tenant, cpu, share, work);
-        async move {
-            let Some(threads) = &self.threads else {
-                return scheduled.await;
-            };
-            if let Some(_place) = Inline::take(&self.inline) {
-                // Returns at once: the guard never crosses an await. The
-                // caller's span and subscriber are this thread's already.
-                let here = std::future::poll_fn(|cx| {
-                    let _guests = threads.enter();
-                    match Pin::new(&mut scheduled).poll(cx) {
-                        Poll::Ready(done) => Poll::Ready(Some(done)),
-                        Poll::Pending => Poll::Ready(None),
-                    }
-                })
-                .await;
-                if let Some(done) = here {
-                    return done;
-                }
-            }
-            // The task's span and the caller's subscriber go with it to the
-            // guest thread: its logs and spans are the task's, as before.
-            scheduled.context = Some((
-                tracing::Span::current(),
-                tracing::dispatcher::get_default(Clone::clone),
-            ));
-            threads.spawn(scheduled).await
-        }
+        Execute::new(self, self.schedule(tenant, cpu, share, work))
     }
 
     /// [`CpuScheduler::schedule`] of any future, boxed, its CPU counted
@@ -312,9 +272,13 @@ pub struct Scheduled<W> {
     /// Its place in line each time it asks for a slot.
     ticket: Ticket,
     /// The span and subscriber its work is polled in, once it runs on a
-    /// guest thread (on the caller's thread they are current already).
-    context: Option<(tracing::Span, tracing::Dispatch)>,
+    /// guest thread (on the caller's thread they are current already). In
+    /// a box: most tasks never need it, and every task is moved whole.
+    context: Option<Box<TaskContext>>,
 }
+
+/// A task's span and its caller's subscriber.
+type TaskContext = (tracing::Span, tracing::Dispatch);
 
 impl Waiter {
     fn new() -> Arc<Waiter> {
@@ -459,16 +423,19 @@ impl<W> Scheduled<W> {
 }
 
 /// `f` in a task's span and subscriber, when it carries them.
-fn in_context<R>(context: &Option<(tracing::Span, tracing::Dispatch)>, f: impl FnOnce() -> R) -> R {
+fn in_context<R>(context: &Option<Box<TaskContext>>, f: impl FnOnce() -> R) -> R {
     match context {
         None => f(),
-        Some((span, dispatch)) => tracing::dispatcher::with_default(dispatch, || span.in_scope(f)),
+        Some(context) => {
+            let (span, dispatch) = &**context;
+            tracing::dispatcher::with_default(dispatch, || span.in_scope(f))
+        }
     }
 }
 
 /// Drops a task's work (the store, the instance) in its span and
 /// subscriber: the teardown logs as the task, as its polls did.
-fn end_work<W>(work: &mut Option<W>, context: &Option<(tracing::Span, tracing::Dispatch)>) {
+fn end_work<W>(work: &mut Option<W>, context: &Option<Box<TaskContext>>) {
     let work = work.take();
     in_context(context, || drop(work));
 }
