@@ -53,6 +53,7 @@ impl TaskBoxes {
         let kept = of_type::<F>(&mut lock(&self.kept)).and_then(Vec::pop);
         let slot = match kept {
             Some(mut slot) => {
+                debug_assert!(slot.is_none(), "a kept box holds a future");
                 // SAFETY: a kept box holds `None` (its task's future was
                 // dropped in place before it was kept), so writing over it
                 // drops nothing, and its content is replaced where it is,

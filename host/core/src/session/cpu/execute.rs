@@ -37,7 +37,7 @@ where
     Here(Scheduled<TaskBox<F>>),
     /// On a guest thread.
     There(OnGuestThread<(F::Output, CpuUse)>),
-    /// Ended, or between the caller's thread and a guest thread.
+    /// Ended on the caller's thread, or between it and a guest thread.
     Gone,
 }
 
@@ -72,6 +72,12 @@ where
         let this = self.get_mut();
         let scheduler = this.scheduler;
         let scheduled = match &mut this.stage {
+            // Polled before, so its first poll panicked (one that returned
+            // `Pending` moved it on): as an `async` block, it may not go
+            // on, its slot and place held twice.
+            Stage::First(scheduled) if scheduled.polled => {
+                panic!("a task's execution polled again after its first poll panicked")
+            }
             Stage::First(scheduled) => scheduled,
             Stage::Here(scheduled) => return Pin::new(scheduled).poll(cx),
             Stage::There(on_thread) => return Pin::new(on_thread).poll(cx),

@@ -215,6 +215,51 @@ async fn a_guests_panic_reaches_the_caller_and_frees_its_slot_and_place() {
     assert_eq!(short, caller);
 }
 
+/// Panics at its first poll; would end at its second.
+struct PanicsOnce(bool);
+
+impl Future for PanicsOnce {
+    type Output = u8;
+
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<u8> {
+        if !self.0 {
+            self.0 = true;
+            panic!("a broken invariant");
+        }
+        Poll::Ready(1)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_first_poll_panicked_is_not_polled_on_as_if_it_had_not() {
+    let scheduler = CpuScheduler::new(2, Arc::new(Metrics::default()));
+    let mut task = Box::pin(scheduler.execute(
+        Arc::from("a"),
+        Arc::default(),
+        CpuShare::default(),
+        || PanicsOnce(false),
+    ));
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut poll =
+        || std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.as_mut().poll(&mut cx)));
+    assert!(
+        poll().is_err(),
+        "its first poll panics, on the caller's thread"
+    );
+    // Polled again (a caller that caught the panic), it must not wait on
+    // for a wake that never comes, holding the slot it panicked in.
+    let again = poll().expect_err("polled on after its panic");
+    assert_eq!(
+        again.downcast_ref::<&str>(),
+        Some(&"a task's execution polled again after its first poll panicked")
+    );
+    drop(task);
+    // Its slot and its place on the caller's thread are free again.
+    let caller = here();
+    let (short, _) = execute(&scheduler, "b", async { here() }).await;
+    assert_eq!(short, caller);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn a_task_that_waits_for_a_slot_runs_on_a_guest_thread() {
     // Both slots held, on guest threads: the caller's place is free, but
