@@ -418,3 +418,63 @@ fn bytes_labelled_as_the_hosts_pull_before_are_not_trusted_at_restart() {
         2
     );
 }
+
+/// A component exporting `n` activity types, each with a long name.
+fn many_activity_types(n: usize) -> Vec<u8> {
+    let letters = |mut i: usize| {
+        let mut word = String::new();
+        loop {
+            word.push(char::from(b'a' + u8::try_from(i % 26).unwrap()));
+            i /= 26;
+            if i == 0 {
+                return word;
+            }
+        }
+    };
+    let exports: String = (0..n)
+        .map(|i| {
+            format!(
+                "(export \"an-activity-type-with-a-name-long-enough-to-fill-a-line-{}\" (func $f))\n",
+                letters(i)
+            )
+        })
+        .collect();
+    wat::parse_str(format!(
+        r#"(component
+            (core module $m (func (export "f") (result i32) i32.const 7))
+            (core instance $i (instantiate $m))
+            (func $f (result u32) (canon lift (core func $i "f")))
+            (instance $api {exports})
+            (export "demo:many/api" (instance $api))
+        )"#
+    ))
+    .unwrap()
+}
+
+/// A tenant whose component exports hundreds of activity types: the line
+/// corral announces its tenant's types on at start stays short, naming a
+/// few and counting the rest (`corral ls` lists them all).
+#[test]
+fn hundreds_of_a_tenants_activity_types_are_announced_on_a_bounded_line() {
+    let host = Host::new("");
+    let corral = host.serve(["", ""]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("many.wasm");
+    std::fs::write(&file, many_activity_types(300)).unwrap();
+    let out = host.cli(
+        &host.tokens[0].token,
+        &["deploy", &file.display().to_string()],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    drop(corral);
+    // Served again from the store: announced at start.
+    let corral = host.serve(["", ""]);
+    let log = corral.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("tenant `alpha` serves"))
+        .unwrap_or_else(|| panic!("no announcement:\n{log}"));
+    assert!(line.len() < 4096, "{} bytes: {line}", line.len());
+    assert!(line.contains("demo:many/api.an-activity-type"), "{line}");
+    assert!(line.contains(" more"), "{line}");
+}

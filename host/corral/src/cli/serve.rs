@@ -18,7 +18,7 @@ use corral::control::follow::Follower;
 use corral::control::store::Index;
 use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, api, server};
 use corral_core::metrics::Metrics;
-use corral_core::sandbox::{CompileLimits, Sandbox, SandboxConfig, Secrets};
+use corral_core::sandbox::{CompileLimits, Sandbox, SandboxConfig, Secrets, listed_names};
 use corral_core::session::{Connector, Permits, Registry, Session};
 
 use super::{
@@ -317,9 +317,11 @@ pub async fn run(
             format_args!(
                 "tenant `{name}` serves {}: {}",
                 t.engine.describe(),
+                // A tenant's component may export thousands: a few named,
+                // the rest counted (`corral ls` lists them all).
                 match types.is_empty() {
                     true => "no activity types yet".to_owned(),
-                    false => types.join(", "),
+                    false => listed_names(types.iter().map(String::as_str)),
                 }
             ),
         );
