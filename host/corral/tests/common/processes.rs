@@ -280,16 +280,54 @@ where
     port
 }
 
+/// How long [`serve_to_exit`] waits for corral to exit.
+const EXIT_WITHIN: Duration = Duration::from_secs(120);
+
 /// `corral serve` on `config`, written to a temporary directory (its
-/// relative paths are under it), run to its exit.
+/// relative paths are under it), run to its exit. A corral that has not
+/// exited within [`EXIT_WITHIN`] is killed and fails the test with what it
+/// printed: a hang is this test's failure, not CI's time limit.
 pub fn serve_to_exit(config: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("corral.toml");
     std::fs::write(&path, config).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_corral"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_corral"))
         .args(["serve", "--config", &path.display().to_string()])
-        .output()
-        .unwrap()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        let mut pipe = pipe.unwrap();
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + EXIT_WITHIN;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let said = stderr.join().unwrap_or_default();
+            panic!(
+                "corral serve did not exit within {EXIT_WITHIN:?}:\n{}",
+                String::from_utf8_lossy(&said)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
 }
 
 /// The start of the line [`forgery`] forges in corral's log.
