@@ -297,16 +297,16 @@ pub fn serve_to_exit(config: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
-        let mut pipe = pipe.unwrap();
+    /// All of a pipe, read on a thread of its own.
+    fn drain(mut pipe: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
             let _ = pipe.read_to_end(&mut bytes);
             bytes
         })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    }
+    let stdout = drain(child.stdout.take().unwrap());
+    let stderr = drain(child.stderr.take().unwrap());
     let deadline = Instant::now() + EXIT_WITHIN;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
