@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use super::boxes::TaskBox;
+use super::fair::Beyond;
 use super::threads::OnGuestThread;
 use super::{CpuScheduler, Scheduled};
 use crate::share::CpuUse;
@@ -93,6 +94,10 @@ where
             // Returns at once: the guard never crosses a `Pending`. The
             // caller's span and subscriber are this thread's already.
             let _guests = threads.enter();
+            // Here, at the host's priority, no slot holder pushed off its
+            // core can keep it waiting: with the slots all taken it runs
+            // now if its tenant's turn comes next anyway.
+            scheduled.beyond = Beyond::IfNext;
             if let Poll::Ready(done) = Pin::new(scheduled).poll(cx) {
                 this.stage = Stage::Gone;
                 return Poll::Ready(done);

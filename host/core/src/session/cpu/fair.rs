@@ -9,7 +9,9 @@
 //! slept is not owed to it; a busy one falls at most [`MAX_LAG`] behind
 //! it, so CPU it left unused is not owed either. A tenant with a cap that
 //! has used its cap's worth of the current window waits for the next
-//! window.
+//! window. A tenant that wakes when its turn comes before every other
+//! tenant's, holding a slot or in line, may run beyond the slots at once
+//! ([`Fair::take`]); the next release pays the slot back.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -133,6 +135,23 @@ fn budget(max: CpuMax) -> Duration {
     CAP_WINDOW * max.millicores() / 1000
 }
 
+/// A tenant's place in the order tenants are granted slots in: least
+/// virtual runtime first; of equals, the one with fewer tasks running (the
+/// CPU of running slices is not charged yet, so it has used less); then by
+/// name (the same inputs, the same order).
+type Turn<'a> = (u128, usize, &'a Arc<str>);
+
+/// Where a task that asks for a slot may run when none is free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Beyond {
+    /// Nowhere: it waits in line.
+    No,
+    /// Beyond the slots, at once, if its tenant would be granted the next
+    /// one ([`Fair::take`]): the caller runs it where no slot holder can
+    /// keep it waiting.
+    IfNext,
+}
+
 /// The host's cores, shared between tenants by weight.
 pub(crate) struct Fair<W> {
     /// Tasks that may run at once: the cores given to guests.
@@ -159,6 +178,12 @@ impl<W: PartialEq> Fair<W> {
         }
     }
 
+    /// Tasks that hold a slot (or one beyond them).
+    #[cfg(test)]
+    pub fn running(&self) -> usize {
+        self.running
+    }
+
     /// `waiter` of `tenant` wants a slot: [`Fair::take`], else in line.
     #[cfg(test)]
     pub fn request(
@@ -168,7 +193,7 @@ impl<W: PartialEq> Fair<W> {
         waiter: W,
         now: Instant,
     ) -> Dispatch<W> {
-        if self.take(tenant, share, now) {
+        if self.take(tenant, share, now, Beyond::No) {
             let mut out = Dispatch::default();
             out.granted.push(waiter);
             return out;
@@ -181,17 +206,60 @@ impl<W: PartialEq> Fair<W> {
     /// free and its cap not holding it back; otherwise the caller puts it
     /// in line ([`Fair::enqueue`]). Without a place in line, the task that
     /// needs no wait — most of them — costs no waiter to grant and wake.
-    pub fn take(&mut self, tenant: &Arc<str>, share: CpuShare, now: Instant) -> bool {
+    ///
+    /// With the slots all taken, a task that may run [`Beyond::IfNext`]
+    /// holds one beyond them when its tenant wakes — nothing of it running
+    /// or in line — and would be granted the next slot anyway: its cap does
+    /// not hold it back, and no tenant in line or holding a slot is ahead
+    /// of it. That slot is paid back by the next release, which grants
+    /// none (wake-up preemption: a tenant that wakes does not wait for a
+    /// slot held by one whose turn comes after its own). A tenant with a
+    /// task running or in line never runs beyond the slots: at most one
+    /// task per tenant does, and only when the tenant is owed the CPU.
+    pub fn take(
+        &mut self,
+        tenant: &Arc<str>,
+        share: CpuShare,
+        now: Instant,
+        beyond: Beyond,
+    ) -> bool {
         let (waiting, running, slots) = (self.waiting, self.running, self.slots);
         let account = self.account(tenant, share, now);
-        if waiting == 0 && running < slots && account.capped_until(now).is_none() {
+        let (vruntime, busy) = (account.vruntime, account.running);
+        if waiting == 0 && running < slots {
+            if account.capped_until(now).is_some() {
+                return false;
+            }
             account.running += 1;
-            let vruntime = account.vruntime;
-            self.running += 1;
-            self.floor = self.floor.max(vruntime);
-            return true;
+        } else {
+            if beyond == Beyond::No
+                || busy > 0
+                || !account.waiting.is_empty()
+                || account.capped_until(now).is_some()
+                || self.ahead_of((vruntime, busy, tenant), now)
+            {
+                return false;
+            }
+            // (Found again: the scan for who is ahead borrowed them all.)
+            if let Some(account) = self.tenants.get_mut(tenant) {
+                account.running += 1;
+            }
         }
-        false
+        self.running += 1;
+        self.floor = self.floor.max(vruntime);
+        true
+    }
+
+    /// Whether a tenant the next slot to free could go to, its cap not
+    /// holding it back, goes before one at `turn` in [`Fair::dispatch`]'s
+    /// order: one in line, or one holding a slot (a holder that yields is
+    /// back in line before its slot is given away).
+    fn ahead_of(&mut self, turn: Turn<'_>, now: Instant) -> bool {
+        self.tenants.iter_mut().any(|(name, account)| {
+            (account.running > 0 || !account.waiting.is_empty())
+                && (account.vruntime, account.running, name) < turn
+                && account.capped_until(now).is_none()
+        })
     }
 
     /// `waiter` of `tenant` in line, once [`Fair::take`] refused it.
@@ -332,7 +400,7 @@ impl<W: PartialEq> Fair<W> {
         // or its window has rolled over.
         let mut stale = false;
         while self.running < self.slots {
-            let mut next: Option<(u128, &Arc<str>)> = None;
+            let mut next: Option<Turn<'_>> = None;
             for (name, account) in self.tenants.iter_mut() {
                 if account.waiting.is_empty() {
                     stale = stale || account.forgettable(self.floor, now);
@@ -347,12 +415,12 @@ impl<W: PartialEq> Fair<W> {
                     out.throttled
                         .push((name.clone(), now.saturating_duration_since(since)));
                 }
-                // Ties go by name: the same inputs, the same order.
-                if next.is_none_or(|(v, n)| (account.vruntime, name) < (v, n)) {
-                    next = Some((account.vruntime, name));
+                let turn = (account.vruntime, account.running, name);
+                if next.is_none_or(|next| turn < next) {
+                    next = Some(turn);
                 }
             }
-            let Some((vruntime, name)) = next else {
+            let Some((vruntime, _, name)) = next else {
                 break;
             };
             let name = name.clone();

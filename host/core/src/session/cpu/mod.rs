@@ -11,11 +11,13 @@
 //! lower priority than the host's: the host's own work — polling,
 //! reporting, heartbeats, the admin API and `/metrics` — runs on its own
 //! runtime and goes first, whatever the guests do. Only a task's first
-//! poll, when it gets a slot the moment it asks, may run on the caller's
-//! thread: a short task then never pays the hand-off, and the host's
-//! threads give a task at most its first time slice, once, on at most half
-//! of them at a time, and none while the slots are all taken
-//! ([`CpuScheduler::execute`]).
+//! poll may run on the caller's thread: when it gets a slot the moment it
+//! asks, or, with the slots all taken, when its tenant wakes and its turn
+//! comes next (wake-up preemption, `fair.rs` `Fair::take`): then no slot
+//! holder the machine's other work pushed off its core keeps it waiting.
+//! A short task never pays the hand-off, and the host's threads give a
+//! task at most its first time slice, once, on at most half of them at a
+//! time ([`CpuScheduler::execute`]).
 
 mod boxes;
 mod execute;
@@ -33,7 +35,7 @@ use crate::share::{CpuShare, CpuUse};
 use boxes::TaskBoxes;
 use execute::Execute;
 pub use fair::CAP_WINDOW;
-use fair::{Dispatch, Fair};
+use fair::{Beyond, Dispatch, Fair};
 pub use threads::GUEST_NICE;
 use threads::GuestThreads;
 
@@ -113,14 +115,18 @@ impl CpuScheduler {
     /// first polls already do: a task given a slot at once that ends
     /// within its first time slice — most activities — then costs no
     /// hand-off between threads (about 100 µs of CPU, four times a small
-    /// task's own). From its first `Pending` — it waits for a slot, used up
-    /// its slice, or waits for I/O — it goes on on a guest thread. That
-    /// first poll runs inside the guests' runtime (what it spawns, such as
-    /// an HTTP request's connection, and its timers, are theirs), and the
-    /// host's threads give a task at most its first slice (one fuel
-    /// interval, or the watchdog's slice in host calls, with the task's
-    /// conversion and instantiation), once; never more than half of them
-    /// at a time, and none while the slots are all taken.
+    /// task's own). There, with the slots all taken, it runs beyond them
+    /// when its tenant wakes and its turn comes next
+    /// (`fair.rs` `Fair::take`): the guests' threads, at a lower priority,
+    /// may be off their cores while they hold the slots, and would keep it
+    /// waiting for the tenants its turn comes before. From its first
+    /// `Pending` — it waits for a slot, used up its slice, or waits for
+    /// I/O — it goes on on a guest thread. That first poll runs inside the
+    /// guests' runtime (what it spawns, such as an HTTP request's
+    /// connection, and its timers, are theirs), and the host's threads
+    /// give a task at most its first slice (one fuel interval, or the
+    /// watchdog's slice in host calls, with the task's conversion and
+    /// instantiation), once; never more than half of them at a time.
     ///
     /// Inlined into its caller: `work` (the task's arguments, hundreds of
     /// bytes) is then built into its box where it is, not copied into this
@@ -181,6 +187,7 @@ impl CpuScheduler {
             work: Some(work),
             holding: false,
             polled: false,
+            beyond: Beyond::No,
             waiting: None,
             waker: Waker::from(ticket.clone()),
             ticket: Ticket(ticket),
@@ -265,6 +272,10 @@ pub struct Scheduled<W> {
     holding: bool,
     /// `work` has been polled.
     polled: bool,
+    /// Where its next request for a slot may run if none is free: beyond
+    /// the slots only when its caller set so for that one request (its
+    /// first poll, on the host's thread).
+    beyond: Beyond,
     /// In line since then, when it is.
     waiting: Option<Instant>,
     /// The waker `work` is polled with: [`Waiter`]'s.
@@ -340,7 +351,8 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
                 let now = Instant::now();
                 this.waiting = Some(now);
                 let mut fair = lock(&this.scheduler.fair);
-                let at_once = fair.take(&this.tenant, this.share, now);
+                let beyond = std::mem::replace(&mut this.beyond, Beyond::No);
+                let at_once = fair.take(&this.tenant, this.share, now, beyond);
                 if !at_once {
                     me.granted.store(false, Ordering::Release);
                     let dispatch = fair.enqueue(&this.tenant, this.share, this.ticket.clone(), now);

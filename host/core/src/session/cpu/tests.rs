@@ -262,12 +262,17 @@ async fn a_task_whose_first_poll_panicked_is_not_polled_on_as_if_it_had_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn a_task_that_waits_for_a_slot_runs_on_a_guest_thread() {
-    // Both slots held, on guest threads: the caller's place is free, but
-    // `b` must wait, and waits on a guest thread.
+    // Both slots held, on guest threads, and a task of tenant `0` in line
+    // (its turn comes before `b`'s: as little CPU, nothing running, and
+    // its name first): the caller's place is free, but `b` must wait, and
+    // waits on a guest thread.
     let scheduler = CpuScheduler::new(2, Arc::new(Metrics::default()));
     let holders = [hold(&scheduler, "a", true), hold(&scheduler, "a", true)];
-    let mut waits = Box::pin(execute(&scheduler, "b", async { here() }));
+    let share = CpuShare::default();
+    let mut ahead = scheduler.run(Arc::from("0"), Arc::from("t"), share, async {});
     let mut cx = Context::from_waker(Waker::noop());
+    assert!(Pin::new(&mut ahead).poll(&mut cx).is_pending());
+    let mut waits = Box::pin(execute(&scheduler, "b", async { here() }));
     assert!(
         waits.as_mut().poll(&mut cx).is_pending(),
         "ran without a slot"
@@ -280,6 +285,32 @@ async fn a_task_that_waits_for_a_slot_runs_on_a_guest_thread() {
         .await
         .expect("the slots are free");
     assert_eq!(name.as_deref(), Some("corral-guest"));
+    ahead.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_tenant_whose_turn_comes_next_runs_its_first_slice_at_once_though_the_slots_are_taken() {
+    // Both slots held by `a`'s tasks on guest threads, which the system
+    // may push off their cores (they run at a lower priority than the
+    // host's). `b` has nothing running and its turn comes next: its first
+    // slice runs at once on the caller's thread, beyond the slots.
+    let scheduler = CpuScheduler::new(2, Arc::new(Metrics::default()));
+    let holders = [hold(&scheduler, "a", true), hold(&scheduler, "a", true)];
+    let caller = here();
+    let runs = Box::pin(execute(&scheduler, "b", async { here() }));
+    let mut cx = Context::from_waker(Waker::noop());
+    let Poll::Ready((ran, used)) = { runs }.as_mut().poll(&mut cx) else {
+        panic!("waited for a slot held by a tenant whose turn came after it");
+    };
+    assert_eq!(ran, caller);
+    assert_eq!(used.waited, Duration::ZERO);
+    // It gave the slot beyond the others back: `a`'s two hold theirs.
+    assert_eq!(lock(&scheduler.fair).running(), 2);
+    for (holder, end) in holders {
+        let _ = end.send(());
+        holder.await.unwrap();
+    }
+    assert_eq!(lock(&scheduler.fair).running(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -381,3 +381,108 @@ fn cpu_a_tenant_used_outside_a_slot_counts_in_its_share() {
     // goes on.
     assert_eq!(fair.release(&b, SLICE, Some(2), now).granted[..], [2]);
 }
+
+#[test]
+fn a_tenant_whose_turn_comes_next_runs_beyond_the_slots_and_the_next_release_pays_it_back() {
+    let mut fair = Fair::new(2);
+    let (busy, light): (Arc<str>, Arc<str>) = (Arc::from("busy"), Arc::from("light"));
+    let even = share(100, None);
+    let mut now = Instant::now();
+    // `busy` holds both slots, and has a third task in line.
+    assert_eq!(fair.request(&busy, even, 1, now).granted[..], [1]);
+    assert_eq!(fair.request(&busy, even, 2, now).granted[..], [2]);
+    assert!(fair.request(&busy, even, 3, now).granted.is_empty());
+    // `light` wakes: as much CPU charged as `busy` (none, and `busy`'s
+    // running slices are not charged yet), and nothing running, so its
+    // turn comes first. Where only a slot will do, it waits...
+    assert!(!fair.take(&light, even, now, Beyond::No));
+    // ...where it may run beyond them, it runs now.
+    assert!(fair.take(&light, even, now, Beyond::IfNext));
+    assert_eq!(fair.running, 3);
+    // The next release pays the slot back: `busy`'s task yields to run
+    // on, and goes in line behind its waiting one, granted nothing.
+    now += SLICE;
+    assert!(fair.release(&busy, SLICE, Some(1), now).granted.is_empty());
+    // `light`'s slice ends: the slot goes to `busy`'s oldest in line.
+    assert_eq!(fair.release(&light, SLICE, None, now).granted[..], [3]);
+    assert_eq!((fair.running, fair.waiting), (2, 1));
+}
+
+#[test]
+fn a_tenant_runs_beyond_the_slots_only_when_its_turn_comes_next() {
+    let even = share(100, None);
+    let (busy, light): (Arc<str>, Arc<str>) = (Arc::from("busy"), Arc::from("light"));
+    let now = Instant::now();
+    // Not with a task of its own in line: that one goes first.
+    let mut fair = Fair::new(1);
+    assert_eq!(fair.request(&busy, even, 1, now).granted[..], [1]);
+    assert!(fair.request(&light, even, 2, now).granted.is_empty());
+    assert!(!fair.take(&light, even, now, Beyond::IfNext));
+    // Not ahead of a tenant in line that goes first: `able` has used as
+    // little CPU (none), has nothing running, and its name comes first.
+    let able: Arc<str> = Arc::from("able");
+    let mut fair = Fair::new(1);
+    assert_eq!(fair.request(&busy, even, 1, now).granted[..], [1]);
+    assert!(fair.request(&able, even, 2, now).granted.is_empty());
+    assert!(!fair.take(&light, even, now, Beyond::IfNext));
+    // Nor of one holding a slot that has used less CPU, with no one in
+    // line: the slot `busy` yields at its slice's end is its own again.
+    // (`light` ran 5 ms, and is remembered, ahead of the floor.)
+    let mut fair = Fair::new(1);
+    assert_eq!(fair.request(&light, even, 1, now).granted[..], [1]);
+    let later = now + Duration::from_millis(5);
+    assert!(
+        fair.release(&light, Duration::from_millis(5), None, later)
+            .granted
+            .is_empty()
+    );
+    assert_eq!(fair.request(&busy, even, 2, later).granted[..], [2]);
+    assert!(!fair.take(&light, even, later, Beyond::IfNext));
+    // Not while a task of its own runs: only a tenant that wakes.
+    let mut fair = Fair::new(1);
+    assert_eq!(fair.request(&busy, even, 1, now).granted[..], [1]);
+    assert!(fair.take(&light, even, now, Beyond::IfNext));
+    assert!(!fair.take(&light, even, now, Beyond::IfNext));
+    assert_eq!(fair.running, 2);
+    // Not past its cap: it waits for its window, beyond the slots too.
+    let mut fair = Fair::new(1);
+    let (capped, ended) = spend_window(&mut fair, &light, now);
+    assert_eq!(fair.request(&busy, even, 2, ended).granted[..], [2]);
+    assert!(!fair.take(&light, capped, ended, Beyond::IfNext));
+    assert_eq!(fair.running, 1);
+}
+
+#[test]
+fn a_tenant_that_wakes_again_and_again_gets_no_more_than_its_share_beyond_the_slots() {
+    // Two slots, both `busy`'s (weight 100) all along; `light` (weight
+    // 1) sends one task after another, a slice each, and asks to run
+    // beyond the slots every time. It runs only when it is owed the CPU:
+    // its share by weight, 1 in 101, not a third of what runs.
+    let mut fair = Fair::new(2);
+    let (busy, light): (Arc<str>, Arc<str>) = (Arc::from("busy"), Arc::from("light"));
+    let mut now = Instant::now();
+    let mut running: Vec<u32> = Vec::new();
+    for id in [1, 2] {
+        running.extend(fair.request(&busy, share(100, None), id, now).granted);
+    }
+    let (mut busy_got, mut light_got) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..10_000 {
+        now += SLICE;
+        let beyond = fair.take(&light, share(1, None), now, Beyond::IfNext);
+        for id in std::mem::take(&mut running) {
+            busy_got += SLICE;
+            running.extend(fair.release(&busy, SLICE, Some(id), now).granted);
+        }
+        if beyond {
+            light_got += SLICE;
+            running.extend(fair.release(&light, SLICE, None, now).granted);
+        }
+        assert_eq!(fair.running, running.len(), "slots held");
+    }
+    let light_share = light_got.as_secs_f64() / (busy_got + light_got).as_secs_f64();
+    assert!(
+        (0.005..0.015).contains(&light_share),
+        "light got {light_share:.4} of the CPU at a 1-in-101 weight share"
+    );
+    assert_eq!(running.len(), 2);
+}
