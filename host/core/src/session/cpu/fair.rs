@@ -10,8 +10,9 @@
 //! it, so CPU it left unused is not owed either. A tenant with a cap that
 //! has used its cap's worth of the current window waits for the next
 //! window. A tenant that wakes when its turn comes before every other
-//! tenant's, holding a slot or in line, may run beyond the slots at once
-//! ([`Fair::take`]); the next release pays the slot back.
+//! tenant's that holds a slot or waits for one (and is not held back by its
+//! cap) may run beyond the slots at once ([`Fair::take`]); one release
+//! that grants no one pays each such slot back.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -210,12 +211,14 @@ impl<W: PartialEq> Fair<W> {
     /// With the slots all taken, a task that may run [`Beyond::IfNext`]
     /// holds one beyond them when its tenant wakes — nothing of it running
     /// or in line — and would be granted the next slot anyway: its cap does
-    /// not hold it back, and no tenant in line or holding a slot is ahead
-    /// of it. That slot is paid back by the next release, which grants
-    /// none (wake-up preemption: a tenant that wakes does not wait for a
-    /// slot held by one whose turn comes after its own). A tenant with a
-    /// task running or in line never runs beyond the slots: at most one
-    /// task per tenant does, and only when the tenant is owed the CPU.
+    /// not hold it back, and no tenant in line or holding a slot, its cap
+    /// not holding it back either, is ahead of it. Each slot held beyond
+    /// them is paid back by one release that grants none (wake-up
+    /// preemption: a tenant that wakes does not wait for a slot held by
+    /// one whose turn comes after its own). A tenant with a task running
+    /// or in line never runs beyond the slots: at most one task per tenant
+    /// does, and only when the tenant is owed the CPU. How many tenants do
+    /// at once is the caller's bound (the host's threads' places).
     pub fn take(
         &mut self,
         tenant: &Arc<str>,
@@ -240,10 +243,13 @@ impl<W: PartialEq> Fair<W> {
             {
                 return false;
             }
-            // (Found again: the scan for who is ahead borrowed them all.)
-            if let Some(account) = self.tenants.get_mut(tenant) {
-                account.running += 1;
-            }
+            // (Found again: the scan for who is ahead borrowed them all.
+            // Nothing between the lookups forgets it; if something did,
+            // refusing keeps the counts right.)
+            let Some(account) = self.tenants.get_mut(tenant) else {
+                return false;
+            };
+            account.running += 1;
         }
         self.running += 1;
         self.floor = self.floor.max(vruntime);

@@ -486,3 +486,25 @@ fn a_tenant_that_wakes_again_and_again_gets_no_more_than_its_share_beyond_the_sl
     );
     assert_eq!(running.len(), 2);
 }
+
+#[test]
+fn two_tenants_that_wake_may_each_run_beyond_the_slots_and_each_is_paid_back() {
+    let mut fair = Fair::new(2);
+    let even = share(100, None);
+    let (busy, a, b): (Arc<str>, Arc<str>, Arc<str>) =
+        (Arc::from("busy"), Arc::from("a"), Arc::from("b"));
+    let now = Instant::now() + SLICE;
+    assert_eq!(fair.request(&busy, even, 1, now).granted[..], [1]);
+    assert_eq!(fair.request(&busy, even, 2, now).granted[..], [2]);
+    // Each wakes with its turn before `busy`'s (and, with one task
+    // running, `a`'s is after `b`'s): each runs one task beyond the slots.
+    assert!(fair.take(&a, even, now, Beyond::IfNext));
+    assert!(fair.take(&b, even, now, Beyond::IfNext));
+    assert_eq!(fair.running, 4);
+    // Paid back by two releases that grant no one: `busy`'s yield and
+    // `a`'s end; `b`'s end then gives `busy`'s task its slot again.
+    assert!(fair.release(&busy, SLICE, Some(1), now).granted.is_empty());
+    assert!(fair.release(&a, SLICE, None, now).granted.is_empty());
+    assert_eq!(fair.release(&b, SLICE, None, now).granted[..], [1]);
+    assert_eq!((fair.running, fair.waiting), (2, 0));
+}
