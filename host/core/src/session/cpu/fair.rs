@@ -229,16 +229,16 @@ impl<W: PartialEq> Fair<W> {
         let (waiting, running, slots) = (self.waiting, self.running, self.slots);
         let account = self.account(tenant, share, now);
         let (vruntime, busy) = (account.vruntime, account.running);
+        // Held back by its cap: no slot, free or beyond.
+        if account.capped_until(now).is_some() {
+            return false;
+        }
         if waiting == 0 && running < slots {
-            if account.capped_until(now).is_some() {
-                return false;
-            }
             account.running += 1;
         } else {
             if beyond == Beyond::No
                 || busy > 0
                 || !account.waiting.is_empty()
-                || account.capped_until(now).is_some()
                 || self.ahead_of((vruntime, busy, tenant), now)
             {
                 return false;
