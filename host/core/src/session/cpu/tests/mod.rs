@@ -204,14 +204,18 @@ async fn a_task_dropped_while_in_line_or_granted_leaves_no_slot_taken() {
         );
         tokio::time::timeout(Duration::from_secs(10), run)
     };
+    // A task of `b` with nothing to do, to be dropped before it runs.
+    let idle = |scheduler: &Arc<CpuScheduler>| {
+        Box::pin(scheduler.run(
+            Arc::from("b"),
+            Arc::from("none"),
+            CpuShare::default(),
+            async {},
+        ))
+    };
 
     // In line, then gone: it must not be granted the slot later.
-    let mut gone = Box::pin(scheduler.run(
-        Arc::from("b"),
-        Arc::from("none"),
-        CpuShare::default(),
-        async {},
-    ));
+    let mut gone = idle(&scheduler);
     while_held(&scheduler, || {
         assert!(gone.as_mut().poll(&mut cx).is_pending());
         drop(gone);
@@ -221,12 +225,7 @@ async fn a_task_dropped_while_in_line_or_granted_leaves_no_slot_taken() {
     assert_eq!(ran.0, 7);
 
     // Granted when the holder finished, then dropped before it ran.
-    let mut granted = Box::pin(scheduler.run(
-        Arc::from("b"),
-        Arc::from("none"),
-        CpuShare::default(),
-        async {},
-    ));
+    let mut granted = idle(&scheduler);
     while_held(&scheduler, || {
         assert!(granted.as_mut().poll(&mut cx).is_pending());
     })
