@@ -15,12 +15,15 @@
 //! Printed: every activity's ending against the one expected of it (zero
 //! lost, zero unexpected is the bar), the good tenants' p50/p99 latency in
 //! each phase and the ratio, and the host's resident memory and open file
-//! descriptors after warm-up and at the end.
+//! descriptors after warm-up and at the end. Then, for each phase, where the
+//! good tenants' time went by the engine's own timestamps (read once the run
+//! is over: `common/timeline.rs`): to scheduled, queued for a worker, at the
+//! worker, and from the outcome to the client's result.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
 use temporalio_client::errors::ActivityResultError;
@@ -136,6 +139,9 @@ struct Ending {
     kind: usize,
     ending: String,
     latency: Duration,
+    /// Its id, and when it was sent and its result came (for the engine's
+    /// account of where the time went, read after the run).
+    sent: common::timeline::Sent,
 }
 
 /// The type of a failure: the application failure's, found through causes.
@@ -197,13 +203,18 @@ async fn drive(
         let kind = kinds[i % kinds.len()];
         let id = format!("{phase}-{}-{i}-{}", all()[kind].tenant, std::process::id());
         tasks.spawn(async move {
-            let started = Instant::now();
-            let ending = run_one(&client, &all()[kind], id).await;
+            let (started, sent) = (Instant::now(), SystemTime::now());
+            let ending = run_one(&client, &all()[kind], id.clone()).await;
             drop(permit);
             Ending {
                 kind,
                 ending,
                 latency: started.elapsed(),
+                sent: common::timeline::Sent {
+                    id,
+                    sent,
+                    received: SystemTime::now(),
+                },
             }
         });
     }
@@ -468,6 +479,16 @@ async fn soak() -> Result<()> {
         cores_alone.since(&cores_warmed),
         cores_beside.since(&cores_alone)
     );
+    // Where the good tenants' time went, by the engine's own timestamps:
+    // read now, no load on the phases they describe.
+    for (phase, endings) in [("alone", alone), ("beside the hostile load", beside)] {
+        let sent = endings.into_iter().map(|e| e.sent).collect();
+        let (stages, missing) = common::timeline::read(&client, sent, 16).await;
+        println!("  good tenants {phase}, by the engine's times:");
+        for line in common::timeline::summary(&stages, missing) {
+            println!("    {line}");
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each bench uses its own share
 
+pub mod timeline;
+
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
