@@ -83,7 +83,10 @@ impl TypeCpu {
             });
         };
         add(&self.used, used.cpu);
-        add(&self.waited, used.waited);
+        // (Most tasks never wait: one atomic update fewer.)
+        if !used.waited.is_zero() {
+            add(&self.waited, used.waited);
+        }
     }
 
     /// CPU used, and waited for, so far.

@@ -1,6 +1,8 @@
 //! The scheduler's decisions, apart from threads and clocks: which waiting
-//! task runs next. Every call carries the time it happens at and the CPU
-//! time a slice used, so the tests drive it with a fake clock.
+//! task runs next. Every call carries the time it happens at ([`Clock`]:
+//! the tests' fake one, or the machine's, read only if the decision needs
+//! it) and the CPU time a slice used, so the tests drive it with a fake
+//! clock.
 //!
 //! Tenants first, then their tasks: of the tenants with a task waiting,
 //! the one that has used least CPU for its weight (its virtual runtime)
@@ -14,6 +16,7 @@
 //! cap) may run beyond the slots at once ([`Fair::take`]); one release
 //! that grants no one pays each such slot back.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +27,30 @@ use crate::share::{CpuMax, CpuShare, CpuWeight};
 
 /// The window a cap holds over (as cgroups' default `cpu.max` period).
 pub const CAP_WINDOW: Duration = Duration::from_millis(100);
+
+/// When a decision happens: a fake clock's `Instant` in the tests; the
+/// machine's clock, read only if the decision needs the time ([`Lazy`]),
+/// in the host. A slot taken, or given back, by an uncapped tenant with no
+/// one in line needs none: two clock reads a task fewer.
+pub(crate) trait Clock: Copy {
+    fn now(self) -> Instant;
+}
+
+impl Clock for Instant {
+    fn now(self) -> Instant {
+        self
+    }
+}
+
+/// The machine's clock, read once, when a decision first needs it.
+#[derive(Default)]
+pub(crate) struct Lazy(OnceCell<Instant>);
+
+impl Clock for &Lazy {
+    fn now(self) -> Instant {
+        *self.0.get_or_init(Instant::now)
+    }
+}
 
 /// What one request, release, cancel or timer changed.
 #[derive(Debug)]
@@ -68,7 +95,8 @@ struct Account<W> {
 
 impl<W> Account<W> {
     /// Until when its cap holds it back, if it does now.
-    fn capped_until(&mut self, now: Instant) -> Option<Instant> {
+    #[inline]
+    fn capped_until(&mut self, now: impl Clock) -> Option<Instant> {
         let max = self.share.max?;
         self.roll(now);
         let (start, used) = self.window;
@@ -78,10 +106,16 @@ impl<W> Account<W> {
     /// Moves the cap's window up to `now`. What a window used beyond its
     /// budget (slices end past it) is owed by the next: over time a tenant
     /// never gets more than its cap.
-    fn roll(&mut self, now: Instant) {
-        let Some(max) = self.share.max else {
-            return;
-        };
+    #[inline]
+    fn roll(&mut self, now: impl Clock) {
+        // (Uncapped, most tenants: nothing to move, checked without a call.)
+        if let Some(max) = self.share.max {
+            self.roll_capped(max, now.now());
+        }
+    }
+
+    /// [`Account::roll`] of a capped tenant.
+    fn roll_capped(&mut self, max: CpuMax, now: Instant) {
         let (start, used) = self.window;
         let passed = now.saturating_duration_since(start).as_nanos() / CAP_WINDOW.as_nanos();
         if passed == 0 {
@@ -92,7 +126,7 @@ impl<W> Account<W> {
         self.window = (start + CAP_WINDOW.saturating_mul(passed), owed);
     }
 
-    fn charge(&mut self, used: Duration, now: Instant) {
+    fn charge(&mut self, used: Duration, now: impl Clock) {
         // A slice's nanoseconds times the default weight fit in 64 bits
         // (centuries of CPU): no 128-bit division each slice.
         let nanos = u64::try_from(used.as_nanos()).unwrap_or(u64::MAX);
@@ -114,7 +148,7 @@ impl<W> Account<W> {
     /// Whether forgetting it at `now` changes nothing: nothing waiting or
     /// running, owed nothing (it would start at the floor anyway), owing
     /// its cap nothing (its window moved up to `now` first).
-    fn forgettable(&mut self, floor: u128, now: Instant) -> bool {
+    fn forgettable(&mut self, floor: u128, now: impl Clock) -> bool {
         self.roll(now);
         self.waiting.is_empty()
             && self.running == 0
@@ -223,7 +257,7 @@ impl<W: PartialEq> Fair<W> {
         &mut self,
         tenant: &Arc<str>,
         share: CpuShare,
-        now: Instant,
+        now: impl Clock,
         beyond: Beyond,
     ) -> bool {
         let (waiting, running, slots) = (self.waiting, self.running, self.slots);
@@ -260,7 +294,7 @@ impl<W: PartialEq> Fair<W> {
     /// holding it back, goes before one at `turn` in [`Fair::dispatch`]'s
     /// order: one in line, or one holding a slot (a holder that yields is
     /// back in line before its slot is given away).
-    fn ahead_of(&mut self, turn: Turn<'_>, now: Instant) -> bool {
+    fn ahead_of(&mut self, turn: Turn<'_>, now: impl Clock) -> bool {
         self.tenants.iter_mut().any(|(name, account)| {
             (account.running > 0 || !account.waiting.is_empty())
                 && (account.vruntime, account.running, name) < turn
@@ -287,7 +321,7 @@ impl<W: PartialEq> Fair<W> {
 
     /// `tenant`'s account, made if it has none, with `share` its policy
     /// from now on; one that wakes up gets no credit for the time it slept.
-    fn account(&mut self, tenant: &Arc<str>, share: CpuShare, now: Instant) -> &mut Account<W> {
+    fn account(&mut self, tenant: &Arc<str>, share: CpuShare, now: impl Clock) -> &mut Account<W> {
         let floor = self.floor;
         let account = self
             .tenants
@@ -297,7 +331,7 @@ impl<W: PartialEq> Fair<W> {
                 vruntime: floor,
                 waiting: VecDeque::new(),
                 running: 0,
-                window: (now, Duration::ZERO),
+                window: (now.now(), Duration::ZERO),
                 throttled_since: None,
             });
         // Its policy, as its tasks carry it.
@@ -320,7 +354,7 @@ impl<W: PartialEq> Fair<W> {
         tenant: &str,
         used: Duration,
         again: Option<W>,
-        now: Instant,
+        now: impl Clock,
     ) -> Dispatch<W> {
         let mut idle = false;
         if let Some(account) = self.tenants.get_mut(tenant) {
@@ -345,7 +379,7 @@ impl<W: PartialEq> Fair<W> {
             }
             return Dispatch::default();
         }
-        let dispatch = self.dispatch(now);
+        let dispatch = self.dispatch(now.now());
         self.forget_if_idle(tenant, now);
         dispatch
     }
@@ -386,7 +420,7 @@ impl<W: PartialEq> Fair<W> {
 
     /// Drops an idle tenant's account when keeping it changes nothing, so
     /// that the scan for the next tenant covers the active ones.
-    fn forget_if_idle(&mut self, tenant: &str, now: Instant) {
+    fn forget_if_idle(&mut self, tenant: &str, now: impl Clock) {
         let floor = self.floor;
         if self
             .tenants

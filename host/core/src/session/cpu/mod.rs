@@ -35,7 +35,7 @@ use crate::share::{CpuShare, CpuUse};
 use boxes::TaskBoxes;
 use execute::Execute;
 pub use fair::CAP_WINDOW;
-use fair::{Beyond, Dispatch, Fair};
+use fair::{Beyond, Clock, Dispatch, Fair, Lazy};
 pub use threads::GUEST_NICE;
 use threads::GuestThreads;
 
@@ -197,11 +197,18 @@ impl CpuScheduler {
 
     /// Wakes the tasks that now hold a slot, counts throttled time, and
     /// makes sure the next capped window opening wakes someone.
+    #[inline]
     fn apply(self: &Arc<Self>, dispatch: Dispatch<Ticket>) {
-        // (Most releases change nothing: no one waits.)
+        // (Most releases change nothing: no one waits. Checked where the
+        // caller is, without a call.)
         if dispatch.is_empty() {
             return;
         }
+        self.apply_changes(dispatch);
+    }
+
+    /// [`CpuScheduler::apply`] of a dispatch that changed something.
+    fn apply_changes(self: &Arc<Self>, dispatch: Dispatch<Ticket>) {
         for Ticket(waiter) in dispatch.granted {
             waiter.granted.store(true, Ordering::Release);
             // Woken with the lock let go: a waker may poll at once.
@@ -334,10 +341,10 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let me = &*this.ticket.0;
-        // When it asked for a slot, and whether it was given one at once,
-        // in this poll.
-        let (since, at_once) = match this.waiting {
-            Some(since) => (since, false),
+        // When it asked for a slot, unless it was given one at once in
+        // this poll.
+        let since = match this.waiting {
+            Some(since) => Some(since),
             None => {
                 // Polled before its work was woken (moved to a guest
                 // thread after a wait for I/O, a spurious wake): it waits
@@ -348,22 +355,25 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
                         return Poll::Pending;
                     }
                 }
-                let now = Instant::now();
-                this.waiting = Some(now);
+                // (The clock only if the decision needs it, or it waits.)
+                let clock = Lazy::default();
                 let mut fair = lock(&this.scheduler.fair);
                 let beyond = std::mem::replace(&mut this.beyond, Beyond::No);
-                let at_once = fair.take(&this.tenant, this.share, now, beyond);
-                if !at_once {
+                if fair.take(&this.tenant, this.share, &clock, beyond) {
+                    None
+                } else {
+                    let now = clock.now();
+                    this.waiting = Some(now);
                     me.granted.store(false, Ordering::Release);
                     let dispatch = fair.enqueue(&this.tenant, this.share, this.ticket.clone(), now);
                     drop(fair);
                     this.scheduler.apply(dispatch);
+                    Some(now)
                 }
-                (now, at_once)
             }
         };
         // Given a slot at once, it never waited in line: no waker to set.
-        if !at_once && !me.granted.load(Ordering::Acquire) {
+        if since.is_some() && !me.granted.load(Ordering::Acquire) {
             *lock(&me.waker) = Some(cx.waker().clone());
             if !me.granted.load(Ordering::Acquire) {
                 return Poll::Pending;
@@ -374,12 +384,9 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
         }
         this.waiting = None;
         // Given a slot at once, it did not wait: no clock read.
-        let waited = if at_once {
-            Duration::ZERO
-        } else {
-            since.elapsed()
-        };
-        this.tally.waited(waited);
+        if let Some(since) = since {
+            this.tally.waited(since.elapsed());
+        }
         me.follow(cx.waker());
         me.woken.store(false, Ordering::Release);
         let Some(work) = this.work.as_mut() else {
@@ -399,16 +406,16 @@ impl<W: Future + Unpin> Future for Scheduled<W> {
         }
         let used = thread_cpu().saturating_sub(before);
         this.tally.cpu(used);
-        let now = Instant::now();
+        let clock = Lazy::default();
         // Woken while it was polled: it yielded and runs on, so it is back
         // in line before the slot is given to anyone.
         let again = (polled.is_pending() && me.woken.load(Ordering::Acquire)).then(|| {
             me.granted.store(false, Ordering::Release);
-            this.waiting = Some(now);
+            this.waiting = Some(clock.now());
             this.ticket.clone()
         });
         this.holding = false;
-        let dispatch = lock(&this.scheduler.fair).release(&this.tenant, used, again, now);
+        let dispatch = lock(&this.scheduler.fair).release(&this.tenant, used, again, &clock);
         this.scheduler.apply(dispatch);
         let unreported = this.tally.unreported;
         if polled.is_ready() || unreported.cpu + unreported.waited >= REPORT_EVERY {
@@ -466,7 +473,9 @@ impl<W> Drop for Scheduled<W> {
         } else {
             Duration::ZERO
         };
-        self.tally.cpu(torn_down);
+        if !torn_down.is_zero() {
+            self.tally.cpu(torn_down);
+        }
         let in_line = self.waiting.take().map(|since| (since, Instant::now()));
         if let Some((since, now)) = in_line {
             // Dropped in line (a deadline or cancel while it waited for a

@@ -508,3 +508,35 @@ fn two_tenants_that_wake_may_each_run_beyond_the_slots_and_each_is_paid_back() {
     assert_eq!(fair.release(&b, SLICE, None, now).granted[..], [1]);
     assert_eq!((fair.running, fair.waiting), (2, 0));
 }
+
+#[test]
+fn the_clock_is_read_only_when_a_decision_needs_the_time() {
+    let mut fair: Fair<u32> = Fair::new(1);
+    let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+    let read = |clock: &Lazy| clock.0.get().is_some();
+    // (Its account made: a new one's window starts at the time.)
+    assert!(fair.take(&a, share(100, None), Instant::now(), Beyond::No));
+    assert!(fair.release(&a, SLICE, None, Instant::now()).is_empty());
+    // An uncapped tenant takes a free slot and gives it back with no one in
+    // line, as most tasks do: nothing in either decision is timed.
+    let clock = Lazy::default();
+    assert!(fair.take(&a, share(100, None), &clock, Beyond::No));
+    assert!(fair.release(&a, SLICE, None, &clock).is_empty());
+    assert!(!read(&clock), "read for an uncapped tenant's free slot");
+    // A capped tenant's slot and slice count in its window: both timed.
+    let capped = share(100, Some(0.5));
+    let clock = Lazy::default();
+    assert!(fair.take(&b, capped, &clock, Beyond::No));
+    assert!(read(&clock), "a cap decided without the time");
+    let clock = Lazy::default();
+    assert!(fair.release(&b, SLICE, None, &clock).is_empty());
+    assert!(read(&clock), "a capped slice charged without the time");
+    // A release with someone in line grants the slot: timed (a cap may
+    // hold the next one back).
+    let now = Instant::now();
+    assert!(fair.take(&a, share(100, None), now, Beyond::No));
+    assert!(fair.enqueue(&b, capped, 2, now).granted.is_empty());
+    let clock = Lazy::default();
+    assert_eq!(fair.release(&a, SLICE, None, &clock).granted[..], [2]);
+    assert!(read(&clock), "a slot granted without the time");
+}
