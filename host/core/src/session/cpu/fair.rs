@@ -30,8 +30,12 @@ pub const CAP_WINDOW: Duration = Duration::from_millis(100);
 
 /// When a decision happens: a fake clock's `Instant` in the tests; the
 /// machine's clock, read only if the decision needs the time ([`Lazy`]),
-/// in the host. A slot taken, or given back, by an uncapped tenant with no
-/// one in line needs none: two clock reads a task fewer.
+/// in the host. A slot taken at once, or given back with no one in line,
+/// by an uncapped tenant that has an account needs none: two clock reads
+/// fewer for a task that ends in its first slice. A new account (its
+/// window starts then), a capped tenant, a capped one among those a task
+/// beyond the slots is compared with, and a release that grants the slot
+/// do.
 pub(crate) trait Clock: Copy {
     fn now(self) -> Instant;
 }
@@ -153,7 +157,9 @@ impl<W> Account<W> {
         self.waiting.is_empty()
             && self.running == 0
             && self.vruntime <= floor
-            && self.window.1.is_zero()
+            // (Uncapped now, it owes no cap: what a cap it had left in its
+            // window would keep it remembered for ever.)
+            && (self.share.max.is_none() || self.window.1.is_zero())
     }
 }
 

@@ -523,8 +523,11 @@ fn the_clock_is_read_only_when_a_decision_needs_the_time() {
     assert!(fair.take(&a, share(100, None), &clock, Beyond::No));
     assert!(fair.release(&a, SLICE, None, &clock).is_empty());
     assert!(!read(&clock), "read for an uncapped tenant's free slot");
-    // A capped tenant's slot and slice count in its window: both timed.
+    // A capped tenant's slot and slice count in its window: both timed
+    // (its account made first: a slice ahead of the floor keeps it).
     let capped = share(100, Some(0.5));
+    assert!(fair.take(&b, capped, Instant::now(), Beyond::No));
+    assert!(fair.release(&b, SLICE, None, Instant::now()).is_empty());
     let clock = Lazy::default();
     assert!(fair.take(&b, capped, &clock, Beyond::No));
     assert!(read(&clock), "a cap decided without the time");
@@ -539,4 +542,18 @@ fn the_clock_is_read_only_when_a_decision_needs_the_time() {
     let clock = Lazy::default();
     assert_eq!(fair.release(&a, SLICE, None, &clock).granted[..], [2]);
     assert!(read(&clock), "a slot granted without the time");
+}
+
+#[test]
+fn a_tenant_whose_cap_is_lifted_is_forgotten_though_its_window_was_used() {
+    // What a cap's window holds is owed only while the tenant is capped:
+    // lifted, it must not keep an idle tenant in every scan for ever.
+    let mut fair = Fair::new(1);
+    let t: Arc<str> = Arc::from("t");
+    let (_, now) = spend_window(&mut fair, &t, Instant::now());
+    // Still inside that window, uncapped now: one task that uses nothing.
+    let uncapped = share(100, None);
+    assert!(fair.take(&t, uncapped, now, Beyond::No));
+    assert!(fair.release(&t, Duration::ZERO, None, now).is_empty());
+    assert!(fair.tenants.is_empty(), "an idle, uncapped tenant kept");
 }
