@@ -37,7 +37,7 @@ use corral::connectors::temporal::payloads;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{Process, connect, dev_server, serve_ready};
+use common::{Process, connect, dev_server, percentile, serve_ready};
 
 /// Rounds of `burn` for a light activity (about 60 ms here) and a busy one
 /// (about 1.5 s).
@@ -168,11 +168,6 @@ async fn light(client: &Client, build: &str, phase: &str, n: usize) -> Result<Ve
     }
     latencies.sort();
     Ok(latencies)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted.get(at).copied().unwrap_or_default()
 }
 
 /// How many of light's tasks took corral longer than 100 ms (from the

@@ -37,7 +37,7 @@ use corral::connectors::temporal::payloads;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{dev_server, serve_or_fail};
+use common::{dev_server, percentile, serve_or_fail};
 
 const TOTAL: usize = 10_000;
 /// Of every ten activities, this many are the hostile tenant's in phase 2.
@@ -314,12 +314,6 @@ impl Cores {
     }
 }
 
-fn percentile(latencies: &mut [Duration], p: f64) -> Duration {
-    latencies.sort_unstable();
-    let i = ((latencies.len() as f64 - 1.0) * p).round() as usize;
-    latencies.get(i).copied().unwrap_or_default()
-}
-
 async fn connect(address: &str) -> Result<Client> {
     let connection = common::connect(address, GrpcCompression::Gzip).await?;
     Ok(Client::new(
@@ -540,11 +534,14 @@ fn report(
         );
     }
     println!("  lost: {lost}; ended otherwise than expected: {unexpected}");
-    let latencies =
-        |phase: &Vec<Ending>| -> Vec<Duration> { phase.iter().map(|e| e.latency).collect() };
-    let (mut a, mut b) = (latencies(alone), latencies(beside));
-    let (a50, a99) = (percentile(&mut a, 0.5), percentile(&mut a, 0.99));
-    let (b50, b99) = (percentile(&mut b, 0.5), percentile(&mut b, 0.99));
+    let latencies = |phase: &Vec<Ending>| -> Vec<Duration> {
+        let mut sorted: Vec<Duration> = phase.iter().map(|e| e.latency).collect();
+        sorted.sort_unstable();
+        sorted
+    };
+    let (a, b) = (latencies(alone), latencies(beside));
+    let (a50, a99) = (percentile(&a, 0.5), percentile(&a, 0.99));
+    let (b50, b99) = (percentile(&b, 0.5), percentile(&b, 0.99));
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "  good tenants' latency, start to result: alone p50 {:.1} ms, p99 {:.1} ms; \

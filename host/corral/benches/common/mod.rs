@@ -245,3 +245,9 @@ pub async fn load(
     }
     Ok(started.elapsed())
 }
+
+/// The `p` quantile of `sorted` (nearest rank; zero if it is empty).
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(at).copied().unwrap_or_default()
+}

@@ -91,8 +91,8 @@ pub fn summary(stages: &[Stages], missing: usize) -> Vec<String> {
             format!(
                 "{} p50 {:.1} / p99 {:.1} ms",
                 NAMES[i],
-                ms(at(&times, 0.5)),
-                ms(at(&times, 0.99))
+                ms(super::percentile(&times, 0.5)),
+                ms(super::percentile(&times, 0.99))
             )
         })
         .collect();
@@ -120,9 +120,4 @@ pub fn summary(stages: &[Stages], missing: usize) -> Vec<String> {
         ));
     }
     lines
-}
-
-fn at(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted.get(i).copied().unwrap_or_default()
 }
