@@ -15,7 +15,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 use super::observer::{Stream, TaskObserver};
-use super::secrets::Secrets;
+use super::secrets::{Cut, Secrets};
 use super::task_id::TaskLabels;
 use crate::shown::Escaped;
 use crate::sync::lock;
@@ -221,12 +221,15 @@ impl Capture {
     /// The last lines the guest wrote to stderr (a panic message, typically),
     /// its secrets' values redacted. When stderr's start was cut off, the
     /// first bytes kept could be the end of a value whose start is gone:
-    /// they are left out.
+    /// they are left out, after the whole values were redacted (a value
+    /// that began inside them would otherwise leave its end).
     pub(crate) fn stderr_tail(&self) -> String {
-        let hold = self.secrets.hold();
-        let skip = if self.stderr_cut { hold } else { 0 };
-        let mut bytes: Vec<u8> = self.stderr_tail.iter().skip(skip).copied().collect();
-        self.secrets.redact_bytes(&mut bytes);
+        let mut bytes: Vec<u8> = self.stderr_tail.iter().copied().collect();
+        let cut = Cut {
+            start: self.stderr_cut,
+            end: false,
+        };
+        self.secrets.redact_cut(&mut bytes, cut);
         String::from_utf8_lossy(&bytes).trim_end().to_owned()
     }
 }
@@ -477,27 +480,35 @@ mod tests {
         const VALUE: &str = "sk_live_0123456789abcdef";
         let dir = tempfile::tempdir().unwrap();
         let secrets = one_secret(&dir, VALUE);
-        for offset in 0..VALUE.len() {
-            let capture = Capture::new(
-                Arc::default(),
-                Arc::new(Lines::default()),
-                secrets.clone(),
-                1 << 20,
-            );
-            let err = GuestOutput::new(Stream::Stderr, &capture);
-            // The value straddles where the tail starts.
-            err.write_all(&[b'x'; 100]);
-            err.write_all(VALUE.as_bytes());
-            let kept = STDERR_TAIL + secrets.hold();
-            err.write_all(&vec![b'y'; kept - VALUE.len() + offset]);
-            let tail = lock(&capture).stderr_tail();
-            for cut in 1..VALUE.len() {
-                assert!(
-                    !tail.contains(&VALUE[cut.min(VALUE.len() - 4)..]),
-                    "offset {offset}: {tail}"
+        let hold = secrets.hold();
+        let kept = STDERR_TAIL + hold;
+        let percent: String = VALUE.bytes().map(|b| format!("%{b:02X}")).collect();
+        // The value as itself and percent-encoded (three times as long),
+        // starting anywhere from before the tail's first byte to past the
+        // bytes a cut start drops: straddling where the tail starts, and
+        // whole inside the tail but reaching past the dropped bytes (where
+        // dropping before redacting left its end in clear).
+        for spelled in [VALUE.to_owned(), percent] {
+            let before = hold + spelled.len();
+            for start in 0..=before + spelled.len() {
+                let capture = Capture::new(
+                    Arc::default(),
+                    Arc::new(Lines::default()),
+                    secrets.clone(),
+                    1 << 20,
                 );
+                let err = GuestOutput::new(Stream::Stderr, &capture);
+                // The tail begins `start` bytes in, the value `before`.
+                err.write_all(&vec![b'x'; before]);
+                err.write_all(spelled.as_bytes());
+                err.write_all(&vec![b'y'; kept - spelled.len() - before + start]);
+                let tail = lock(&capture).stderr_tail();
+                for piece in spelled.as_bytes().windows(4) {
+                    let piece = std::str::from_utf8(piece).unwrap();
+                    assert!(!tail.contains(piece), "{spelled} at {start}: {tail}");
+                }
+                assert!(tail.len() <= kept, "at {start}");
             }
-            assert!(tail.len() <= STDERR_TAIL + VALUE.len(), "offset {offset}");
         }
         // Whole in the tail: redacted, not dropped.
         let capture = Capture::new(Arc::default(), Arc::new(Lines::default()), secrets, 1 << 20);

@@ -15,8 +15,10 @@
 //! `encodeURIComponent`, Python's `quote`, Go's `PathEscape` and JSON
 //! encoders write. Base64, a double encoding, or an encoding of a text
 //! around it are not found. Output cut into pieces (long lines, the stderr
-//! tail a failure quotes) is redacted before it is cut, so a value spanning
-//! a cut is caught too.
+//! tail a failure quotes, a recorded response that ended early) is
+//! redacted before it is cut, so a value spanning a cut is caught too, and
+//! what a value cut in two left at a piece's end is dropped
+//! ([`Secrets::redact_cut`]).
 //!
 //! A secret's host written without a scheme is reached over HTTPS only: the
 //! value never leaves in clear text unless the rule says `http://`. A value
@@ -43,6 +45,14 @@ pub const PLACEHOLDER_PREFIX: &str = "corral-secret:";
 /// Shorter values could not be told apart from ordinary text when
 /// redacting.
 pub const MIN_SECRET_LEN: usize = 8;
+/// Which ends of a piece of text were cut from a longer one (see
+/// [`Secrets::redact_cut`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Cut {
+    pub(crate) start: bool,
+    pub(crate) end: bool,
+}
+
 /// Old values still redacted after a reload (tasks started before it may
 /// still hold them).
 const KEPT_OLD_VALUES: usize = 4;
@@ -335,6 +345,23 @@ impl Secrets {
                     *bytes = redacted;
                 }
             }
+        }
+    }
+
+    /// [`Secrets::redact_bytes`] on a piece cut out of a longer text: its
+    /// whole values are redacted first, then [`Secrets::hold`] bytes are
+    /// dropped at each end where the text went on (`Cut`), where a value
+    /// that spanned the cut left a piece no redaction can recognise. In
+    /// this order, and never the other: dropping first would leave the
+    /// rest of a value that began inside the dropped bytes.
+    pub(crate) fn redact_cut(&self, bytes: &mut Vec<u8>, cut: Cut) {
+        self.redact_bytes(bytes);
+        let hold = self.hold();
+        if cut.end {
+            bytes.truncate(bytes.len().saturating_sub(hold));
+        }
+        if cut.start {
+            bytes.drain(..hold.min(bytes.len()));
         }
     }
 

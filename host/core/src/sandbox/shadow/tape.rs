@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use wasmtime_wasi_http::WasiBody;
 
 use super::{Exchange, MAX_ATTEMPT_BYTES};
-use crate::sandbox::secrets::Secrets;
+use crate::sandbox::secrets::{Cut, Secrets};
 use crate::sync::lock;
 
 /// A task's outbound HTTP, recorded or played back, and the fuel it used.
@@ -31,7 +31,7 @@ enum Mode {
 
 #[derive(Debug, Default)]
 struct Recorder {
-    exchanges: Mutex<Vec<Arc<Mutex<Exchange>>>>,
+    exchanges: Mutex<Vec<Slot>>,
     /// Shared with each exchange's [`Slot`].
     bound: Arc<Bound>,
 }
@@ -107,9 +107,12 @@ impl Tape {
     }
 
     /// What was recorded, every value of the tenant's secrets redacted
-    /// wherever it is (a guest that learned one may write it into a URI);
-    /// `None` for a replay, or when the attempt went over what one may
-    /// record or got a body corral cannot redact (compressed).
+    /// wherever it is (a guest that learned one may write it into a URI),
+    /// and a body whose end never came (the connection closed, the task
+    /// ended, the guest stopped reading) cut short of what may be the start
+    /// of a value; `None` for a replay, or when the attempt went over what
+    /// one may record or got a body corral cannot redact (a content or
+    /// transfer coding).
     pub fn recorded(&self, secrets: &Secrets) -> Option<Vec<Exchange>> {
         let Mode::Record(recorder) = &self.mode else {
             return None;
@@ -121,9 +124,13 @@ impl Tape {
         Some(
             exchanges
                 .iter()
-                .map(|e| {
-                    let mut e = lock(e).clone();
-                    secrets.redact_bytes(&mut e.body);
+                .map(|slot| {
+                    let mut e = lock(&slot.exchange).clone();
+                    let cut = Cut {
+                        start: false,
+                        end: !slot.body_ended.load(Ordering::Relaxed),
+                    };
+                    secrets.redact_cut(&mut e.body, cut);
                     e.method = secrets.redact(&e.method).into_owned();
                     e.uri = secrets.redact(&e.uri).into_owned();
                     for (name, value) in &mut e.headers {
@@ -177,15 +184,17 @@ impl Tape {
             body: Vec::new(),
         }));
         recorder.bound.charge(method.len() + uri.len() + 64);
-        lock(&recorder.exchanges).push(exchange.clone());
         let slot = Slot {
             exchange,
             bound: recorder.bound.clone(),
+            body_ended: Arc::default(),
         };
+        lock(&recorder.exchanges).push(slot.clone());
         let taped = Taped {
             inner: body,
             slot: slot.clone(),
             hasher: Some(Sha256::new()),
+            response: false,
         }
         .boxed_unsync();
         (taped, Some(slot))
@@ -273,6 +282,9 @@ impl Player {
 pub(crate) struct Slot {
     exchange: Arc<Mutex<Exchange>>,
     bound: Arc<Bound>,
+    /// Whether the response's body was read to its end: one that was not
+    /// may end inside a value.
+    body_ended: Arc<AtomicBool>,
 }
 
 impl Slot {
@@ -282,14 +294,10 @@ impl Slot {
         &self,
         response: hyper::http::Response<WasiBody>,
     ) -> hyper::http::Response<WasiBody> {
-        // A compressed body would carry a secret past redaction: the
-        // attempt is not recorded.
-        if response
-            .headers()
-            .get_all(hyper::http::header::CONTENT_ENCODING)
-            .iter()
-            .any(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"))
-        {
+        // A body in a coding the recorder cannot read as the guest will
+        // (compressed, by either header) would carry a secret past
+        // redaction: the attempt is not recorded.
+        if !plain_body(response.headers()) {
             self.bound.refuse();
         }
         // Cookies are credentials no secret names: not kept.
@@ -317,10 +325,34 @@ impl Slot {
                 inner,
                 slot,
                 hasher: None,
+                response: true,
             }
             .boxed_unsync()
         })
     }
+}
+
+/// Whether a response's body arrives as its bytes are (what the recorder
+/// keeps and redacts is what a replay hands the guest): no content coding
+/// but `identity`, no transfer coding but `chunked` (which the HTTP client
+/// takes off) and `identity`. `gzip, chunked` as a transfer coding leaves
+/// the body compressed after the client took the chunks off.
+fn plain_body(headers: &hyper::http::HeaderMap) -> bool {
+    let only = |name: hyper::http::header::HeaderName, allowed: &[&str]| {
+        headers.get_all(name).iter().all(|value| {
+            value.to_str().is_ok_and(|codings| {
+                codings
+                    .split(',')
+                    .map(str::trim)
+                    .all(|c| allowed.iter().any(|a| c.eq_ignore_ascii_case(a)))
+            })
+        })
+    };
+    only(hyper::http::header::CONTENT_ENCODING, &["identity"])
+        && only(
+            hyper::http::header::TRANSFER_ENCODING,
+            &["chunked", "identity"],
+        )
 }
 
 /// What a recording keeps and a replay matches of a request, as the guest
@@ -364,6 +396,7 @@ struct Taped {
     slot: Slot,
     /// A request's digest so far; `None` for a response (or once done).
     hasher: Option<Sha256>,
+    response: bool,
 }
 
 impl Taped {
@@ -400,7 +433,13 @@ impl Body for Taped {
                     if !self.slot.bound.over() {
                         lock(&self.slot.exchange).body.extend_from_slice(data);
                     }
+                    if self.inner.is_end_stream() {
+                        self.slot.body_ended.store(true, Ordering::Relaxed);
+                    }
                 }
+            }
+            Poll::Ready(None) if self.response => {
+                self.slot.body_ended.store(true, Ordering::Relaxed);
             }
             Poll::Ready(None) => self.digested(),
             _ => {}
@@ -425,6 +464,8 @@ impl Drop for Taped {
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt as _;
+
     use super::*;
 
     fn body(bytes: &'static [u8]) -> WasiBody {
@@ -541,6 +582,30 @@ mod tests {
             .unwrap();
         drop(read(slot.unwrap().response(response)).await);
         assert_eq!(zipped.recorded(&Secrets::default()), None);
+        // Nor one compressed as it is transferred, whatever the case or
+        // the spaces: the client takes the chunks off, not the gzip.
+        for coding in ["gzip, chunked", "GZIP,chunked", "deflate"] {
+            let zipped = Tape::record(0);
+            let (_, slot) = zipped.send(&put, body(b""));
+            let response = hyper::http::Response::builder()
+                .header("transfer-encoding", coding)
+                .body(body(b"\x1f\x8b"))
+                .unwrap();
+            drop(read(slot.unwrap().response(response)).await);
+            assert_eq!(zipped.recorded(&Secrets::default()), None, "{coding}");
+        }
+        // Chunks alone are bytes as they are.
+        let chunked = Tape::record(0);
+        let (_, slot) = chunked.send(&put, body(b""));
+        let response = hyper::http::Response::builder()
+            .header("transfer-encoding", "chunked")
+            .body(body(b"plain"))
+            .unwrap();
+        drop(read(slot.unwrap().response(response)).await);
+        assert_eq!(
+            chunked.recorded(&Secrets::default()).unwrap()[0].body,
+            b"plain"
+        );
         // Past the bound, arguments included: nothing is kept.
         let big: &'static [u8] = Box::leak(vec![0u8; MAX_ATTEMPT_BYTES].into_boxed_slice());
         let (_, slot) = tape.send(&put, body(b""));
@@ -555,6 +620,53 @@ mod tests {
         assert_eq!(
             Tape::record(MAX_ATTEMPT_BYTES + 1).recorded(&Secrets::default()),
             None
+        );
+    }
+
+    #[tokio::test]
+    async fn a_response_that_ends_inside_a_value_leaves_no_piece_of_it_in_the_recording() {
+        const VALUE: &str = "sk_live_0123456789abcdef";
+        let dir = tempfile::tempdir().unwrap();
+        let secrets =
+            crate::sandbox::secrets::tests::secrets(&dir, &[("K", VALUE, &["a.example"], false)]);
+        let get = guest("GET", "https://a.example/", &[]);
+        // Whole values redacted; a body cut anywhere inside the last one
+        // (the connection closed, the deadline passed, the guest stopped
+        // reading) keeps no piece of it.
+        for cut in 0..=VALUE.len() {
+            let text = format!("echo {VALUE} {} {}", "z".repeat(300), &VALUE[..cut]);
+            let tape = Tape::record(0);
+            let (_, slot) = tape.send(&get, body(b""));
+            let first: Result<Frame<Bytes>, wasmtime_wasi_http::Error> =
+                Ok(Frame::data(Bytes::from(text)));
+            // One frame, then nothing more: the end never comes.
+            let never_ends = http_body_util::StreamBody::new(
+                futures::stream::iter([first]).chain(futures::stream::pending()),
+            )
+            .boxed_unsync();
+            let response = slot
+                .unwrap()
+                .response(hyper::http::Response::new(never_ends));
+            let mut read = response.into_body();
+            read.frame().await.unwrap().unwrap();
+            drop(read);
+            let recorded = tape.recorded(&secrets).unwrap();
+            let kept = String::from_utf8(recorded[0].body.clone()).unwrap();
+            for piece in VALUE.as_bytes().windows(4) {
+                let piece = std::str::from_utf8(piece).unwrap();
+                assert!(!kept.contains(piece), "cut at {cut}: {kept}");
+            }
+            assert!(kept.starts_with("echo [secret K]"), "cut at {cut}: {kept}");
+        }
+        // A body read to its end is kept whole.
+        let tape = Tape::record(0);
+        let (_, slot) = tape.send(&get, body(b""));
+        let whole = format!("echo {VALUE} and more").into_bytes();
+        let response = hyper::http::Response::new(body(Box::leak(whole.into_boxed_slice())));
+        drop(read(slot.unwrap().response(response)).await);
+        assert_eq!(
+            tape.recorded(&secrets).unwrap()[0].body,
+            b"echo [secret K] and more"
         );
     }
 }
