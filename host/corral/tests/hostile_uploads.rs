@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::activities::{json_of, text};
 use common::admin::Host;
 use common::example;
-use common::processes::forgery;
+use common::processes::{FORGED_AT, forgery};
 use common::registry::Registry;
 use corral::control::proto::{self, admin_client::AdminClient, upload_request};
 
@@ -193,6 +193,34 @@ fn a_tenant_name_a_caller_chose_cannot_forge_a_line_in_the_hosts_log() {
     assert!(said.len() < 1024, "{} bytes: {said}", said.len());
     corral.await_logged("upload refused", 1);
     corral.assert_not_forged(1000);
+}
+
+/// An alias whose target is a forged log line (a tenant's own text, sent
+/// past no check but its length): refused, and quoted escaped in the
+/// answer as in the host's log. Before, the answer quoted it raw: its
+/// newline and terminal escape reached the CLI's output.
+#[test]
+fn an_alias_target_a_tenant_chose_is_escaped_in_its_refusal() {
+    let host = Host::new("");
+    let corral = host.serve(["", ""]);
+    let forged = forgery("gone", 10);
+    let echo = example("echo").display().to_string();
+    let out = host.cli(
+        &host.tokens[0].token,
+        &["deploy", &echo, "--alias", &format!("Short={forged}")],
+    );
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("names `gone\\n2026"), "{said}");
+    assert!(!said.contains('\u{1b}'), "an escape in the answer: {said}");
+    assert!(
+        !said.lines().any(|line| line.starts_with(FORGED_AT)),
+        "a forged line in the answer: {said}"
+    );
+    corral.await_logged("upload refused", 1);
+    // The text is short (an alias's target is at most 128 bytes): whole,
+    // but escaped.
+    corral.assert_not_forged(11);
 }
 
 /// A component whose import's name is a forged log line: refused as

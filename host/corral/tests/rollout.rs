@@ -148,6 +148,18 @@ fn a_breaking_version_is_held_until_the_operator_approves_it_and_the_active_one_
         None,
         "{status}"
     );
+    // Nor is a new deployment name: the old code deployed under another
+    // name serves what the removed version's callers call, and is held
+    // as well (before, it activated with no hold).
+    let renamed = host.alpha(&["deploy", &v1_file, "--name", "renamed", "--json"]);
+    assert_eq!(renamed["active"], false, "{renamed}");
+    assert_eq!(
+        renamed["held"],
+        json!([format!(
+            "may break callers: `{hold}` was served by a version removed while active (rm --force), so nothing shows what its callers expect"
+        )]),
+        "{renamed}"
+    );
     let again = host.alpha(&["activate", &v2_digest, "--json"]);
     assert_eq!(again["digest"], v2_digest.as_str(), "{again}");
     assert_eq!(host.run(0, added, &[])["result"], "v2");

@@ -12,6 +12,10 @@ use std::sync::{Arc, OnceLock, RwLock};
 use super::canary::{Routed, Side, Split};
 use crate::metrics::{Metrics, TypeCpu};
 use crate::sandbox::{DeploymentReuse, LoadedComponent, Outcome, PreparedTenant, SecretShadows};
+use crate::shown::Shown;
+
+/// The longest name a [`RouteError`] quotes.
+const SHOWN_NAME: usize = 256;
 
 /// Where a task goes.
 #[derive(Debug, Clone)]
@@ -59,11 +63,22 @@ struct TenantRoutes {
 #[derive(Debug)]
 pub struct TenantTable(TenantRoutes);
 
-/// A tenant's routes that cannot be served.
+impl TenantTable {
+    /// Whether a task may name `name` (an activity type or an alias).
+    pub fn serves(&self, name: &str) -> bool {
+        self.0.routes.contains_key(name)
+    }
+}
+
+/// A tenant's routes that cannot be served. The names in it are a
+/// tenant's or its component's (an alias's target is any text the tenant
+/// sent): escaped and cut where they are shown, in the answer to the
+/// tenant as in the host's log.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
     #[error(
-        "tenant `{tenant}`: activity type `{activity}` is exported by both {first} and {second}"
+        "tenant `{tenant}`: activity type `{}` is exported by both {first} and {second}",
+        Shown(.activity.as_str(), SHOWN_NAME)
     )]
     Duplicate {
         tenant: String,
@@ -72,14 +87,19 @@ pub enum RouteError {
         second: String,
     },
     #[error(
-        "tenant `{tenant}`: alias `{alias}` names `{target}`, which no active component exports"
+        "tenant `{tenant}`: alias `{}` names `{}`, which no active component exports",
+        Shown(.alias.as_str(), SHOWN_NAME),
+        Shown(.target.as_str(), SHOWN_NAME)
     )]
     NoTarget {
         tenant: String,
         alias: String,
         target: String,
     },
-    #[error("tenant `{tenant}`: alias `{alias}` is already an activity type")]
+    #[error(
+        "tenant `{tenant}`: alias `{}` is already an activity type",
+        Shown(.alias.as_str(), SHOWN_NAME)
+    )]
     Shadows { tenant: String, alias: String },
     #[error("tenant `{tenant}`: a deployment's config: {source}")]
     Config {

@@ -41,6 +41,17 @@ fn alias_changes(
     }
 }
 
+/// What callers of `version` (loaded as `component`) call: its activity
+/// types and its own aliases.
+pub(super) fn called(version: &Version, component: &LoadedComponent) -> Vec<String> {
+    component
+        .activities
+        .iter()
+        .map(|a| a.name.to_string())
+        .chain(version.aliases.keys().cloned())
+        .collect()
+}
+
 /// What becomes of a version its tenant asks to serve.
 pub(super) enum Admission {
     Activate,
@@ -152,6 +163,11 @@ impl Catalog {
         }
         let was_held = !version.held.is_empty();
         version.held.clear();
+        if approved {
+            // The operator has looked: what the gate could not remember
+            // holds nothing more.
+            tenant_index.removed_unknown = false;
+        }
         version.served = true;
         tenant_index.put(&version);
         if approved {
@@ -247,14 +263,9 @@ impl Catalog {
         };
         let beyond = beyond_grants(&candidate.imports, &spec.tenant.capabilities);
         let mut held = spec.rollout.reasons(&gate, &beyond, replay);
-        if report.is_none()
-            && spec.rollout.holds_on().any(|h| h == HoldOn::Breaking)
-            && tenant_index.removed_active.contains(&version.name)
-        {
-            held.push(
-                "may break callers: its deployment's active version was removed (rm --force), so nothing shows what its callers expect"
-                    .to_owned(),
-            );
+        if spec.rollout.holds_on().any(|h| h == HoldOn::Breaking) {
+            let names = called(version, candidate);
+            held.extend(tenant_index.removed_callers(&version.name, &names, report.is_some()));
         }
         if !held.is_empty() {
             return Ok(Admission::Held(held));

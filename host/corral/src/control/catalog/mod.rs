@@ -314,9 +314,19 @@ impl Catalog {
             });
         }
         if active {
+            // What its callers called, for the gate: a version serving any
+            // of it next (under any deployment name) has nothing to be
+            // compared with. Loaded already, as it serves.
+            let names = match self.loaded(&mut state, &version.digest).await {
+                Ok(component) => Some(activate::called(&version, &component)),
+                Err(e) => {
+                    tracing::warn!(tenant, digest = %version.digest, "the removed version's activity types are not known ({}): the gate holds the next new version", crate::error_chain(&e));
+                    None
+                }
+            };
             tenant_index.active.remove(&version.name);
             tenant_index.canaries.remove(&version.name);
-            tenant_index.removed_active(&version.name);
+            tenant_index.removed_active(&version.name, names);
         }
         tenant_index
             .canaries
@@ -405,6 +415,8 @@ impl Catalog {
             .removed_active
             .retain(|d| !serving.contains_key(d));
         let (table, splits) = self.routes(state, spec, &mut tenant_index).await?;
+        // A name served again has an active version to compare with.
+        tenant_index.removed_names.retain(|n| !table.serves(n));
         let mut index = state.index.clone();
         if tenant_index == TenantIndex::default() {
             index.tenants.remove(name);

@@ -122,10 +122,25 @@ pub struct TenantIndex {
     /// compare the next one with, and holds it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed_active: Vec<String>,
+    /// What callers called on those versions (their activity types and
+    /// their own aliases) that nothing serves since, whatever deployment
+    /// serves it next: a gate must not depend on the name a tenant gives
+    /// a deployment. At most [`MAX_REMOVED_NAMES`]; past that, the oldest
+    /// go and `removed_unknown` is set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_names: Vec<String>,
+    /// More names were removed than are remembered (or a removed version's
+    /// names could not be read): every new version with nothing to compare
+    /// may break callers, until the operator approves one. Set, never
+    /// evicted: removing versions is no way to make the gate forget.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed_unknown: bool,
 }
 
 /// Removed held versions a tenant's index remembers.
 pub const MAX_REJECTED: usize = 64;
+/// Names of versions removed while active a tenant's index remembers.
+pub const MAX_REMOVED_NAMES: usize = 1024;
 
 impl TenantIndex {
     /// The versions serving now.
@@ -152,11 +167,61 @@ impl TenantIndex {
         }
     }
 
-    /// Remembers that `deployment`'s active version was removed.
-    pub fn removed_active(&mut self, deployment: &str) {
+    /// Remembers that `deployment`'s active version was removed, and what
+    /// its callers called (`None`: not known).
+    pub fn removed_active(&mut self, deployment: &str, names: Option<Vec<String>>) {
+        if self.removed_active.len() >= MAX_REJECTED
+            && !self.removed_active.iter().any(|d| d == deployment)
+        {
+            self.removed_unknown = true;
+        }
         remember(&mut self.removed_active, deployment.to_owned(), |d| {
             d == deployment
         });
+        let Some(names) = names else {
+            self.removed_unknown = true;
+            return;
+        };
+        for name in names {
+            if !self.removed_names.contains(&name) {
+                self.removed_names.push(name);
+            }
+        }
+        let over = self.removed_names.len().saturating_sub(MAX_REMOVED_NAMES);
+        if over > 0 {
+            self.removed_names.drain(..over);
+            self.removed_unknown = true;
+        }
+    }
+
+    /// Why a new version of `deployment` serving `names` may break
+    /// callers of a version removed while active: that version served its
+    /// deployment (nothing to compare it with), or one of its names
+    /// (whatever the deployment, compared or not: nothing serving now
+    /// shows what that name's callers expect), or the gate forgot what
+    /// (only a version with nothing to compare with is held for that).
+    pub fn removed_callers(
+        &self,
+        deployment: &str,
+        names: &[String],
+        compared: bool,
+    ) -> Option<String> {
+        if self.removed_active.iter().any(|d| d == deployment) {
+            return Some(
+                "may break callers: its deployment's active version was removed (rm --force), so nothing shows what its callers expect"
+                    .to_owned(),
+            );
+        }
+        if let Some(name) = names.iter().find(|n| self.removed_names.contains(n)) {
+            return Some(format!(
+                "may break callers: `{}` was served by a version removed while active (rm --force), so nothing shows what its callers expect",
+                corral_core::shown::shown(name, 256)
+            ));
+        }
+        (self.removed_unknown && !compared).then(|| {
+            "may break callers: more versions were removed while active (rm --force) than the gate remembers, so nothing shows what their callers expect: the operator approves the next"
+                .to_owned()
+        })
     }
 
     /// Remembers why `digest`, removed, was held: deployed again, it is
@@ -238,3 +303,62 @@ pub struct Index {
 }
 
 pub(super) const FORMAT: u32 = 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_removed_versions_callers_hold_what_serves_its_names_under_any_deployment() {
+        let mut index = TenantIndex::default();
+        index.removed_active("greeter", Some(names(&["demo:g/api.greet", "Greet"])));
+        // Its deployment, or any deployment serving one of its names.
+        let held = |index: &TenantIndex, deployment, served: &[&str], compared| {
+            index.removed_callers(deployment, &names(served), compared)
+        };
+        assert!(held(&index, "greeter", &["other:x/y.z"], false).is_some());
+        for (deployment, compared) in [("renamed", false), ("another", true)] {
+            let why = held(&index, deployment, &["x:y/z.w", "Greet"], compared).unwrap();
+            assert!(
+                why.contains("`Greet` was served by a version removed"),
+                "{why}"
+            );
+        }
+        assert_eq!(held(&index, "renamed", &["x:y/z.w"], false), None);
+    }
+
+    #[test]
+    fn removing_more_than_the_gate_remembers_holds_every_new_version_until_approval() {
+        let mut index = TenantIndex::default();
+        index.removed_active("target", Some(names(&["demo:t/api.kept"])));
+        // A tenant removing versions with many other names to push the
+        // first out of the list: forgotten by name, but not let through.
+        for i in 0..=MAX_REMOVED_NAMES / 64 {
+            let many = (0..64).map(|n| format!("filler:{i}/api.n{n}")).collect();
+            index.removed_active(&format!("filler{i}"), Some(many));
+        }
+        assert!(!index.removed_names.contains(&"demo:t/api.kept".to_owned()));
+        assert!(index.removed_names.len() <= MAX_REMOVED_NAMES);
+        let why = index
+            .removed_callers("fresh", &names(&["demo:t/api.kept"]), false)
+            .unwrap();
+        assert!(why.contains("than the gate remembers"), "{why}");
+        // So do more deployments than it remembers, and a removed version
+        // whose names were not known.
+        let mut index = TenantIndex::default();
+        for i in 0..=MAX_REJECTED {
+            index.removed_active(&format!("d{i}"), Some(Vec::new()));
+        }
+        assert!(index.removed_unknown);
+        let mut index = TenantIndex::default();
+        index.removed_active("d", None);
+        assert!(index.removed_callers("e", &[], false).is_some());
+        // A version compared with its deployment's active one is held only
+        // for a removed name it serves.
+        assert_eq!(index.removed_callers("e", &[], true), None);
+    }
+}
