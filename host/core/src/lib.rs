@@ -16,6 +16,7 @@ pub mod backoff;
 pub mod local;
 pub mod metrics;
 pub mod name;
+pub mod private;
 pub mod sandbox;
 pub mod session;
 pub mod share;

@@ -33,7 +33,7 @@ pub enum StageError {
 impl Staging {
     /// `dir`, created if needed and emptied of what a crash left there.
     pub fn at(dir: PathBuf) -> std::io::Result<Staging> {
-        std::fs::create_dir_all(&dir)?;
+        corral_core::private::dir(&dir)?;
         for entry in std::fs::read_dir(&dir)? {
             let _ = std::fs::remove_file(entry?.path());
         }

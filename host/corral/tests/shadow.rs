@@ -270,4 +270,24 @@ rollout = {{ shadow = {{ types = ["{CHARGE}", "{GET}"], min_agreement = 100 }} }
     assert_eq!(candidate["held"], json!([]), "{candidate}");
     let logs = corral.stderr();
     assert!(!logs.contains(KEY), "{logs}");
+    // Nothing the host keeps (the index, components, compiled code, the
+    // recordings) is readable by another user of the machine.
+    assert_owner_only(host.data.path());
+}
+
+/// Every file and directory under `dir` (and `dir`) has no group or other
+/// permission.
+fn assert_owner_only(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "{} is {mode:o}", dir.display());
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            assert_owner_only(&path);
+        } else {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{} is {mode:o}", path.display());
+        }
+    }
 }

@@ -132,7 +132,8 @@ impl Sandbox {
             .context("linking corral:activity/context")?;
 
         if let Some(dir) = &config.cache_dir {
-            std::fs::create_dir_all(dir)
+            // Owner-only: tenants' compiled code.
+            crate::private::dir(dir)
                 .with_context(|| format!("creating the compile cache `{}`", dir.display()))?;
             // Abandoned artifacts go once a day old, or older than this
             // host's own compiles may take if that is longer.
@@ -140,7 +141,7 @@ impl Sandbox {
             let age = own
                 .saturating_add(Duration::from_secs(60))
                 .max(ABANDONED_AFTER);
-            super::component::remove_abandoned_artifacts(dir, age);
+            super::cache::remove_abandoned_artifacts(dir, age);
         }
         Ok(Arc::new(Sandbox {
             ticker: super::ticker::Ticker::start(engine.clone()),
@@ -182,7 +183,7 @@ mod tests {
         };
         assert_eq!(hash(&host.engine), hash(&worker));
         let artifact = worker
-            .precompile_component(b"(component (core module))")
+            .precompile_component(&wat::parse_str("(component (core module))").unwrap())
             .unwrap();
         // SAFETY: compiled just above by an engine of the same settings.
         unsafe { wasmtime::component::Component::deserialize(&host.engine, &artifact) }.unwrap();

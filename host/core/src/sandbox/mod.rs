@@ -2,6 +2,7 @@
 //! capability-less instance, turning every way it can end into a classified
 //! [`Outcome`]. Nothing here knows which engine a task came from.
 
+mod cache;
 mod capabilities;
 mod change;
 mod classify;
@@ -17,6 +18,7 @@ mod failure;
 mod http;
 mod idle;
 mod limits;
+mod load;
 mod observer;
 mod outcome;
 mod secrets;

@@ -124,7 +124,9 @@ impl Samples {
     pub fn open(dir: Option<&Path>, policies: Vec<(String, Shadow)>) -> Arc<Samples> {
         let dir = dir.map(|d| d.join("shadow"));
         if let Some(dir) = &dir
-            && let Err(e) = private_dir(dir)
+            // Owner-only: a response can hold a credential no secret
+            // names (an OAuth token, say).
+            && let Err(e) = corral_core::private::dir(dir)
         {
             tracing::warn!(
                 "cannot create {}: {e}; recorded attempts are kept in memory only",
@@ -266,14 +268,6 @@ impl Samples {
             }
         }
     }
-}
-
-/// The samples' directory, readable by the host's user only: a response
-/// can hold a credential no secret names (an OAuth token, say).
-fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 /// A tenant's file: named by the hex of its name, whatever the name holds.

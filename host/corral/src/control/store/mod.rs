@@ -67,8 +67,11 @@ impl Store {
                 source,
             }
         };
-        std::fs::create_dir_all(dir.join("components")).map_err(io("creating it"))?;
-        std::fs::create_dir_all(dir.join("compiled")).map_err(io("creating it"))?;
+        // Owner-only: the index and the components are tenants' (a config
+        // value, a label), and the directory holds the recordings too.
+        for dir in [dir, &dir.join("components"), &dir.join("compiled")] {
+            corral_core::private::dir(dir).map_err(io("creating it"))?;
+        }
         remove_leftovers(dir);
         remove_leftovers(&dir.join("components"));
         remove_leftovers(&dir.join("compiled"));
@@ -225,10 +228,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     getrandom::fill(&mut suffix).map_err(std::io::Error::other)?;
     let tmp = dir.join(format!(".tmp-{}", hex::encode(suffix)));
     let result = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
+        let mut file = corral_core::private::new_file(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&tmp, path)?;
