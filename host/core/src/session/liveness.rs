@@ -3,11 +3,24 @@
 //! all of a connector's tasks: a timer per task would be registered (and
 //! would wake the runtime's timer driver) once per task, which cost more
 //! CPU than the sandbox itself for short activities.
+//!
+//! The same timer is the host's backstop for deadlines: a guest's deadline
+//! is enforced on the guests' threads, which run below the host's priority
+//! (and a guest may be stuck inside a host call); a task whose guest has
+//! not ended [`BACKSTOP`] past its time limit is reported timed out by the
+//! host itself, from here (see `Session::serve`).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// How long past its time limit (the engine's deadline or its tenant's
+/// timeout, from when its guest started) a task whose guest has not ended
+/// is reported timed out by the host.
+pub(super) const BACKSTOP: Duration = Duration::from_secs(5);
+/// How often the pump looks for such tasks while any is in flight.
+const BACKSTOP_CHECK: Duration = Duration::from_secs(1);
 
 use serde_json::Value;
 use tokio::time::{Instant, Sleep};
@@ -29,6 +42,11 @@ pub(super) struct Progress {
     last: Mutex<Option<HeartbeatDetails>>,
     /// Set once the outcome exists: the engine hears no more heartbeats.
     ended: AtomicBool,
+    /// Set by whoever reports the task: its runner, or the backstop.
+    reported: AtomicBool,
+    /// The time limit its guest started under, and when the backstop
+    /// reports it if it has not ended by then.
+    limit: Mutex<Option<(Duration, Instant)>>,
     metrics: Arc<Metrics>,
     tenant: String,
     /// Sees the guest's own events too (see `TaskStart::observer`).
@@ -50,6 +68,8 @@ impl Progress {
             connector,
             last: Mutex::new(last),
             ended: AtomicBool::new(false),
+            reported: AtomicBool::new(false),
+            limit: Mutex::new(None),
             metrics,
             tenant: tenant.to_owned(),
             observer,
@@ -58,6 +78,33 @@ impl Progress {
 
     pub(super) fn key(&self) -> &TaskKey {
         &self.key
+    }
+
+    pub(super) fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    pub(super) fn connector(&self) -> &Arc<dyn Connector> {
+        &self.connector
+    }
+
+    /// Its guest starts now, under `limit` (none: no backstop).
+    pub(super) fn guest_starts(&self, limit: Option<Duration>) {
+        *lock(&self.limit) = limit.map(|limit| (limit, Instant::now() + limit + BACKSTOP));
+    }
+
+    /// Takes the task's report for the caller: `false` when it is taken.
+    pub(super) fn take_report(&self) -> bool {
+        !self.reported.swap(true, Ordering::AcqRel)
+    }
+
+    /// Its time limit, when its guest has run past it and [`BACKSTOP`]
+    /// more at `now`.
+    fn overdue(&self, now: Instant) -> Option<Duration> {
+        if self.ended() {
+            return None;
+        }
+        lock(&self.limit).and_then(|(limit, at)| (at <= now).then_some(limit))
     }
 
     /// Tells the engine the task is alive, with the latest details; nothing
@@ -158,7 +205,9 @@ impl Pump {
             progress,
         });
         // Tasks usually share one pace, so a newcomer is rarely the
-        // earliest: the timer is re-armed only when it is.
+        // earliest: the timer is re-armed only when it is (and at most
+        // BACKSTOP_CHECK away).
+        let next = next.min(Instant::now() + BACKSTOP_CHECK);
         if self.armed.is_none_or(|at| next < at) {
             self.arm(next);
         }
@@ -174,22 +223,29 @@ impl Pump {
     }
 
     /// Heartbeats every task whose time has come, forgets the ones that
-    /// ended, and re-arms the timer for the next one.
-    pub(super) fn beat(&mut self) {
+    /// ended, and re-arms the timer for the next one (at most
+    /// [`BACKSTOP_CHECK`] away while any task is in flight); returns the
+    /// tasks overdue (with their time limit), for the backstop.
+    pub(super) fn beat(&mut self) -> Vec<(Arc<Progress>, Duration)> {
         let now = Instant::now();
         let mut earliest: Option<Instant> = None;
+        let mut overdue = Vec::new();
         self.tasks.retain(|due| !due.progress.ended());
         for due in &mut self.tasks {
             if due.next <= now {
                 due.progress.beat();
                 due.next = now + due.every;
             }
+            if let Some(limit) = due.progress.overdue(now) {
+                overdue.push((due.progress.clone(), limit));
+            }
             earliest = Some(earliest.map_or(due.next, |e| e.min(due.next)));
         }
         match earliest {
-            Some(at) => self.arm(at),
+            Some(at) => self.arm(at.min(now + BACKSTOP_CHECK)),
             None => self.armed = None,
         }
+        overdue
     }
 
     fn arm(&mut self, at: Instant) {

@@ -30,6 +30,14 @@ use crate::sync::lock;
 /// An engine's identifier of one task attempt (Temporal's task token).
 pub type TaskKey = Vec<u8>;
 
+/// How long a stopping session still waits, once its grace period is over
+/// and what ran was interrupted, for its tasks to end and their reports to
+/// be taken: an engine that never takes a report (one with no deadline, on
+/// Aion) or a guest whose thread never runs again must not hold the host's
+/// stop for ever. Past it the session returns and logs what it left: the
+/// engine runs those attempts again after its own timeouts.
+pub const FINAL_WAIT: Duration = Duration::from_secs(60);
+
 /// Why an engine asked a task to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelReason {
@@ -223,13 +231,15 @@ impl Session {
 
     /// Runs one connector until `shutdown` fires and everything accepted is
     /// reported: stop polling, let in-flight tasks finish within `grace`,
-    /// cancel the rest, report everything, return.
+    /// cancel the rest, report everything, return. Returns how many tasks
+    /// it left running or unreported, [`FINAL_WAIT`] after the grace period
+    /// (none, unless an engine or a guest never let them end).
     pub async fn serve(
         self: &Arc<Self>,
         connector: Arc<dyn Connector>,
         shutdown: CancellationToken,
         grace: Duration,
-    ) {
+    ) -> usize {
         // Runners are not joined one by one: each ends its own liveness and
         // in-flight entry, so the loop wakes for arrivals, not completions.
         let tasks = TaskTracker::new();
@@ -238,6 +248,9 @@ impl Session {
         tokio::pin!(stopping);
         let mut polling = true;
         let mut grace_over: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+            Box::pin(std::future::pending());
+        // Armed when the grace period is over.
+        let mut given_up: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
             Box::pin(std::future::pending());
         // One `next` at a time, never dropped mid-call: a pull engine may
         // be in the middle of taking a task from its server.
@@ -254,8 +267,9 @@ impl Session {
                 () = &mut grace_over => {
                     self.end_grace();
                     grace_over = Box::pin(std::future::pending());
+                    given_up = Box::pin(tokio::time::sleep(FINAL_WAIT));
                 }
-                () = pump.due() => pump.beat(),
+                () = pump.due() => self.beat(&mut pump, &tasks),
                 inbound = &mut next => {
                     let Some(inbound) = inbound else { break };
                     next = connector.next();
@@ -272,19 +286,29 @@ impl Session {
         // The connector is closed: finish (and report) what is running, still
         // within the grace period if shutting down.
         tasks.close();
+        let mut left = 0;
         let finished = tasks.wait();
         tokio::pin!(finished);
         loop {
             tokio::select! {
                 () = &mut finished => break,
-                () = pump.due() => pump.beat(),
+                () = pump.due() => self.beat(&mut pump, &tasks),
                 () = &mut grace_over => {
                     self.end_grace();
                     grace_over = Box::pin(std::future::pending());
+                    given_up = Box::pin(tokio::time::sleep(FINAL_WAIT));
+                }
+                () = &mut given_up => {
+                    left = tasks.len();
+                    tracing::error!(
+                        "{left} task(s) still running or reporting {FINAL_WAIT:?} after the grace period: stopping without them (the engine runs them again after its timeouts)"
+                    );
+                    break;
                 }
             }
         }
         connector.finish().await;
+        left
     }
 
     /// Outcomes are reported by each task's own runner the moment they
@@ -322,6 +346,47 @@ impl Session {
             };
             task::run(&session, connector.as_ref(), start, entry, progress).await;
         });
+    }
+
+    /// Heartbeats what is due, and reports the tasks whose guests ran
+    /// past their time limit and the backstop's margin: the guest's own
+    /// deadline is kept on the guests' threads, below the host's priority,
+    /// or not at all by a guest stuck in a host call. Its slots stay held
+    /// until it does end; its late outcome is not reported again.
+    fn beat(&self, pump: &mut liveness::Pump, tasks: &TaskTracker) {
+        for (progress, limit) in pump.beat() {
+            if !progress.take_report() {
+                continue;
+            }
+            progress.end();
+            if let Some(entry) = self.in_flight().get(progress.key()).cloned() {
+                entry.cancel(CancelReason::Gone);
+            }
+            let policy = self
+                .registry
+                .tenant(progress.tenant())
+                .map(|t| t.retry.clone())
+                .unwrap_or_default();
+            let failure = Failure::new(
+                crate::sandbox::FailureClass::Timeout,
+                &policy,
+                format!(
+                    "the task ran past its time limit of {limit:?} and its guest had not stopped {:?} later (its thread was not scheduled, or it is stuck in a host call): the host reported the timeout; the guest is stopped when it next runs",
+                    liveness::BACKSTOP
+                ),
+            );
+            tracing::warn!(tenant = %progress.tenant(), "{}", failure.message);
+            tasks.spawn(async move {
+                let give_up = std::time::Instant::now() + task::REPORT_PATIENCE;
+                task::deliver(
+                    progress.connector().as_ref(),
+                    progress.key(),
+                    Report::Failed(failure),
+                    Some(give_up),
+                )
+                .await;
+            });
+        }
     }
 
     /// Cancels a task in flight at once (`is-cancelled` is true when this

@@ -13,7 +13,8 @@ use tracing::Instrument;
 
 use super::liveness::Progress;
 use super::{
-    Args, CancelReason, Connector, InFlight, InputError, Report, Session, TaskKey, TaskStart,
+    Args, CancelReason, Connector, InFlight, InputError, Report, ReportError, Session, TaskKey,
+    TaskStart,
 };
 use crate::backoff::Backoff;
 use crate::metrics::COMPLETED;
@@ -29,7 +30,7 @@ use crate::trace::PHASES;
 const MAX_REPORT_BACKOFF: Duration = Duration::from_secs(10);
 /// How long past a task's deadline a report is still worth retrying: the
 /// engine may still accept it while its own timeout has not fired.
-const REPORT_PATIENCE: Duration = Duration::from_secs(60);
+pub(super) const REPORT_PATIENCE: Duration = Duration::from_secs(60);
 
 pub(super) async fn run(
     session: &Session,
@@ -58,6 +59,18 @@ pub(super) async fn run(
         let (outcome, activity) = caught(execute(session, start, &entry, &progress)).await;
         // The outcome exists: no more heartbeats while it is reported.
         progress.end();
+        if !progress.take_report() {
+            // The host's backstop reported it timed out: its guest has
+            // stopped now, and its slots are given back.
+            tracing::info!(elapsed = ?started.elapsed(), "its guest stopped after the host reported its timeout");
+            session.metrics.task_finished(
+                &tenant,
+                &activity,
+                FailureClass::Timeout.as_str(),
+                started.elapsed(),
+            );
+            return;
+        }
         let reason = *lock(&entry.reason);
         let report = to_report(outcome, reason);
         let label = match &report {
@@ -98,24 +111,37 @@ const MAX_LOGGED_MESSAGE: usize = 2048;
 /// other, not the runner: the engine hears of the task, and its slots and
 /// permits are given back as it unwinds.
 async fn caught(executing: impl Future<Output = (Outcome, Arc<str>)>) -> (Outcome, Arc<str>) {
-    let mut executing = std::pin::pin!(executing);
+    match unwinding(executing).await {
+        Ok(done) => done,
+        Err(Panicked(said)) => {
+            tracing::error!("a task's run panicked (a bug): {}", Shown(&said, 300));
+            let failure = Failure::new(
+                FailureClass::Host,
+                &RetryPolicy::default(),
+                format!("the host failed running the task: {}", Shown(&said, 300)),
+            );
+            (Err(failure), Arc::from("<panicked>"))
+        }
+    }
+}
+
+/// What a panic said (a bug of the host's).
+struct Panicked(String);
+
+/// `future`'s output, or what it said when it panicked.
+async fn unwinding<F: Future>(future: F) -> Result<F::Output, Panicked> {
+    let mut future = std::pin::pin!(future);
     std::future::poll_fn(|cx| {
-        match std::panic::catch_unwind(AssertUnwindSafe(|| executing.as_mut().poll(cx))) {
-            Ok(polled) => polled,
-            Err(panic) => {
-                let said = panic
+        match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Ready(done)) => Poll::Ready(Ok(done)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(Panicked(
+                panic
                     .downcast_ref::<&str>()
                     .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                tracing::error!("a task's run panicked (a bug): {}", Shown(&said, 300));
-                let failure = Failure::new(
-                    FailureClass::Host,
-                    &RetryPolicy::default(),
-                    format!("the host failed running the task: {}", Shown(&said, 300)),
-                );
-                Poll::Ready((Err(failure), Arc::from("<panicked>")))
-            }
+                    .unwrap_or_default(),
+            ))),
         }
     })
     .await
@@ -248,6 +274,12 @@ async fn execute(
         route.component.clone(),
         route.tenant.clone(),
     );
+    // The host's backstop, should the guest not end by its time limit
+    // (see `liveness`).
+    progress.guest_starts(match (deadline, route.tenant.limits.timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    });
     let (outcome, _) = session
         .cpu
         .execute(
@@ -369,7 +401,7 @@ fn to_report(outcome: Outcome, reason: Option<CancelReason>) -> Report {
 /// never silently lost. Gives up only when the engine refuses it for good,
 /// or long after the task's deadline, when the engine has retried the task
 /// elsewhere anyway.
-async fn deliver(
+pub(super) async fn deliver(
     connector: &dyn Connector,
     key: &TaskKey,
     report: Report,
@@ -377,7 +409,18 @@ async fn deliver(
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(100), MAX_REPORT_BACKOFF);
     loop {
-        match connector.report(key, report.clone()).await {
+        // A connector that panics (a bug) loses no result: the report is
+        // tried again, as after a broken transport.
+        let reported = unwinding(connector.report(key, report.clone()))
+            .await
+            .unwrap_or_else(|Panicked(said)| {
+                tracing::error!("reporting panicked (a bug): {}", Shown(&said, 300));
+                Err(ReportError {
+                    retryable: true,
+                    message: format!("reporting panicked: {said}"),
+                })
+            });
+        match reported {
             Ok(()) => return,
             Err(e) if !e.retryable => {
                 tracing::warn!(

@@ -34,6 +34,8 @@ struct Scripted {
     stopped: CancellationToken,
     reports: Mutex<Vec<(TaskKey, Report)>>,
     transport_failures: AtomicU32,
+    /// Reports that panic (a connector's bug) before any is taken.
+    panics: AtomicU32,
     attempts: AtomicU32,
     heartbeats: Mutex<Vec<(TaskKey, Option<Value>)>>,
 }
@@ -62,6 +64,13 @@ impl Connector for Scripted {
 
     async fn report(&self, key: &TaskKey, report: Report) -> Result<(), ReportError> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
+        if self
+            .panics
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            panic!("the connector's bug");
+        }
         if self
             .transport_failures
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -143,6 +152,7 @@ fn fixture_of(
             stopped: CancellationToken::new(),
             reports: Mutex::new(Vec::new()),
             transport_failures: AtomicU32::new(transport_failures),
+            panics: AtomicU32::new(0),
             attempts: AtomicU32::new(0),
             heartbeats: Mutex::new(Vec::new()),
         }),
@@ -169,7 +179,7 @@ fn start(key: &[u8], activity_type: &str) -> Inbound {
 }
 
 impl Fixture {
-    fn serve(&self, grace: Duration) -> tokio::task::JoinHandle<()> {
+    fn serve(&self, grace: Duration) -> tokio::task::JoinHandle<usize> {
         let (session, engine, shutdown) = (
             self.session.clone(),
             self.engine.clone(),
@@ -224,6 +234,48 @@ async fn a_report_the_transport_drops_is_retried_until_accepted() {
     );
     f.shutdown.cancel();
     serving.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_report_whose_connector_panics_is_retried_not_lost() {
+    let f = fixture(0);
+    f.engine.panics.store(2, Ordering::SeqCst);
+    let serving = f.serve(Duration::from_secs(1));
+    f.send.send(start(b"a", "Answer")).await.unwrap();
+    let reports = f.wait_for_reports(1).await;
+    assert_eq!(reports, vec![(b"a".to_vec(), Report::Completed(json!(42)))]);
+    assert_eq!(
+        f.engine.attempts.load(Ordering::SeqCst),
+        3,
+        "two panics, then accepted"
+    );
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopping_session_waits_for_a_report_the_engine_never_takes_only_so_long() {
+    // Every report refused by the transport, and no deadline to give up at.
+    let f = fixture(u32::MAX);
+    let grace = Duration::from_secs(1);
+    let serving = f.serve(grace);
+    f.send.send(start(b"a", "NoSuchType")).await.unwrap();
+    f.until("a report was tried", || {
+        f.engine.attempts.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    let stopping = tokio::time::Instant::now();
+    f.shutdown.cancel();
+    // (Paused time: the waits pass as soon as nothing else can run.)
+    let stopped = tokio::time::timeout(2 * FINAL_WAIT, serving).await;
+    assert_eq!(stopped.unwrap().unwrap(), 1, "one task left unreported");
+    let took = stopping.elapsed();
+    assert!(took >= grace + FINAL_WAIT, "{took:?}");
+    assert!(
+        f.engine.attempts.load(Ordering::SeqCst) > 3,
+        "it tried to report meanwhile"
+    );
+    assert!(f.engine.reports.lock().unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -616,6 +668,69 @@ async fn a_guest_that_yields_by_no_fuel_interval_still_gives_its_core_up_by_the_
             "{reports:?}"
         );
     }
+    f.shutdown.cancel();
+    serving.await.unwrap();
+}
+
+/// A guest stuck where its own deadline cannot stop it (here: inside the
+/// host's call that tells of its instance, which never returns; on a
+/// machine whose cores are saturated, a guest thread that is not
+/// scheduled) is reported timed out by the host itself, within the
+/// backstop's margin, while it still holds its slot; its late ending is
+/// not reported again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_guest_stuck_past_its_deadline_is_reported_timed_out_by_the_host() {
+    struct Stuck(Mutex<Option<std::sync::mpsc::Receiver<()>>>);
+    impl TaskObserver for Stuck {
+        fn instantiated(&self, _: Duration) {
+            let waiting = self.0.lock().unwrap().take();
+            if let Some(release) = waiting {
+                // (Bounded, so that a failing test ends.)
+                let _ = release.recv_timeout(Duration::from_secs(60));
+            }
+        }
+    }
+    let (release, stuck) = std::sync::mpsc::channel();
+    let f = fixture(0);
+    let serving = f.serve(Duration::from_secs(1));
+    let Inbound::Start(mut task) = start(b"a", "answer") else {
+        unreachable!()
+    };
+    task.deadline = Some(Duration::from_millis(200));
+    task.observer = Some(Arc::new(Stuck(Mutex::new(Some(stuck)))));
+    let sent = std::time::Instant::now();
+    f.send.send(Inbound::Start(task)).await.unwrap();
+    let mut reports = Vec::new();
+    for _ in 0..300 {
+        reports = f.engine.reports.lock().unwrap().clone();
+        if !reports.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = sent.elapsed();
+    let [(key, Report::Failed(failure))] = reports.as_slice() else {
+        panic!("{reports:?}")
+    };
+    assert_eq!(key, b"a");
+    assert_eq!(failure.class, FailureClass::Timeout);
+    assert!(
+        failure.message.contains("the host reported the timeout"),
+        "{}",
+        failure.message
+    );
+    // Within the backstop's margin and a check's period of the deadline.
+    assert!(took < Duration::from_secs(12), "{took:?}");
+    // The stuck guest still holds its slot.
+    assert_eq!(f.session.permits.host_usage().in_use, 1);
+    release.send(()).unwrap();
+    f.until("the slot is given back", || {
+        f.session.permits.host_usage().in_use == 0
+    })
+    .await;
+    f.until("the task has left", || f.session.in_flight_count() == 0)
+        .await;
+    assert_eq!(f.engine.reports.lock().unwrap().len(), 1, "reported once");
     f.shutdown.cancel();
     serving.await.unwrap();
 }

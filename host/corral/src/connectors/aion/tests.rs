@@ -209,7 +209,7 @@ struct Served {
     registry: Arc<Registry>,
     seen: Seen,
     shutdown: CancellationToken,
-    serving: tokio::task::JoinHandle<()>,
+    serving: tokio::task::JoinHandle<usize>,
     server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
@@ -275,6 +275,7 @@ async fn serve_script(
         registry.clone(),
         permits.clone(),
         Duration::from_secs(5),
+        crate::health::Health::new(["t"]).link("t"),
     )
     .await
     .unwrap();
