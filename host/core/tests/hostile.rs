@@ -381,6 +381,40 @@ fn a_component_the_pool_cannot_hold_is_refused_at_load_with_the_numbers() {
     });
 }
 
+/// The pool's other per-component bounds: 2 memories and 4 tables in all
+/// of a component's instances. A component over either is refused when it
+/// loads, naming the count and the bound, and the host serves on.
+#[test]
+fn a_component_over_the_pools_memories_or_tables_is_refused_at_load_with_the_numbers() {
+    within(Runtime::Threads, async {
+        let host = host().build().unwrap();
+        for (what, module, count, bound) in [
+            ("memories", "(memory 1)", 3, 2),
+            ("tables", "(table 1 funcref)", 5, 4),
+        ] {
+            let instances = "(core instance (instantiate $m))\n".repeat(count - 1);
+            let bytes = component(&format!(
+                r#"(component
+                     (core module $m {module} (func (export "f")))
+                     (core instance $i (instantiate $m))
+                     {instances}
+                     (func (export "run") (canon lift (core func $i "f"))))"#
+            ));
+            let Err(error) = host.load_bytes(&bytes) else {
+                panic!("a component of {count} {what} loaded");
+            };
+            assert!(matches!(error, LoadError::Invalid(_)), "{error}");
+            let message = error.to_string();
+            assert!(message.contains(&count.to_string()), "{what}: {message}");
+            assert!(
+                message.contains(&format!("maximum of {bound}")),
+                "{what}: {message}"
+            );
+        }
+        assert_healthy(&host).await;
+    });
+}
+
 #[test]
 fn the_memory_limit_covers_all_of_an_instances_memories() {
     within(Runtime::Threads, async {

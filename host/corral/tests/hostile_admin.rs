@@ -239,6 +239,7 @@ const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
+const CONTINUATION: u8 = 0x9;
 const END_HEADERS: u8 = 0x4;
 const ACK: u8 = 0x1;
 const REFUSED_STREAM: u32 = 0x7;
@@ -292,6 +293,76 @@ fn calls_over_the_per_connection_cap_are_refused_and_the_host_serves_on() {
     assert_eq!(refused, calls[cap as usize..].to_vec());
     drop(conn);
     let out = host.cli(&host.tokens[0].token, &["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// The length prefix of an HPACK string (7-bit prefix, no Huffman).
+fn hpack_len(len: usize, out: &mut Vec<u8>) {
+    if len < 127 {
+        out.push(u8::try_from(len).unwrap());
+        return;
+    }
+    out.push(0x7f);
+    let mut rest = len - 127;
+    while rest >= 128 {
+        out.push(u8::try_from(rest % 128).unwrap() | 0x80);
+        rest /= 128;
+    }
+    out.push(u8::try_from(rest).unwrap());
+}
+
+/// A call whose headers are 20 KiB, over the host's 16 KiB, sent before
+/// it could authenticate (its token is valid, and last): refused on its
+/// headers (431, or the stream reset), never served, and the connection's
+/// next call and the host serve on.
+#[test]
+fn a_call_whose_headers_are_over_the_bound_is_refused_before_it_is_served() {
+    let host = Host::new("");
+    let _corral = host.serve(["", ""]);
+    let mut conn = TcpStream::connect(("127.0.0.1", host.admin())).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    conn.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    conn.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
+    let mut block = call_headers("/corral.v1.Admin/Status", None);
+    // A literal header of 20 KiB, then the operator's token.
+    block.push(0);
+    hpack_len(8, &mut block);
+    block.extend_from_slice(b"x-filler");
+    hpack_len(20 << 10, &mut block);
+    block.extend(std::iter::repeat_n(b'f', 20 << 10));
+    block.push(0);
+    let auth = format!("Bearer {}", host.operator.token);
+    hpack_len(13, &mut block);
+    block.extend_from_slice(b"authorization");
+    hpack_len(auth.len(), &mut block);
+    block.extend_from_slice(auth.as_bytes());
+    // In frames of at most the default 16 KiB: HEADERS, then CONTINUATION.
+    let (first, rest) = block.split_at(16 << 10);
+    let mut burst = frame(HEADERS, 0, 1, first);
+    burst.extend(frame(CONTINUATION, END_HEADERS, 1, rest));
+    conn.write_all(&burst).unwrap();
+    let answer = loop {
+        match read_frame(&mut conn) {
+            Ok((SETTINGS, flags, ..)) if flags & ACK == 0 => {
+                conn.write_all(&frame(SETTINGS, ACK, 0, &[])).unwrap();
+            }
+            Ok((HEADERS, _, 1, payload)) => break format!("headers {payload:02x?}"),
+            Ok((RST_STREAM, _, 1, _)) => break "reset".to_owned(),
+            Ok((GOAWAY, ..)) => break "goaway".to_owned(),
+            Ok((DATA, _, 1, _)) => panic!("the call was served"),
+            Ok(_) => {}
+            Err(e) => panic!("reading the host's frames: {e}"),
+        }
+    };
+    // Served, its answer would be `:status 200` (indexed: 0x88) with a
+    // gRPC status; refused, it is 431 (a literal) or a reset.
+    assert!(
+        !answer.starts_with("headers [88"),
+        "the call was served: {answer}"
+    );
+    drop(conn);
+    let out = host.cli(&host.operator.token, &["status", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
 }
 

@@ -163,3 +163,31 @@ fn a_compile_under_way_neither_holds_the_host_past_its_stop_nor_outlives_it() {
     assert!(!out.status.success(), "{}", text(&out));
     assert!(!out.stderr.is_empty(), "{}", text(&out));
 }
+
+/// A compile worker whose host died as it started (between the host's
+/// check before exec and the worker setting its death signal again after)
+/// has another parent: it stops instead of compiling on unwatched.
+#[test]
+fn a_compile_worker_whose_host_is_gone_stops_at_once() {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    // Its parent is this test, not the host it names.
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["compile-worker", "--max-wasm-stack", "1048576"])
+        .args(["--host-pid", &u32::MAX.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let component = std::fs::read(example("echo")).unwrap();
+    // It may be gone before it reads a byte.
+    let _ = worker.stdin.take().unwrap().write_all(&component);
+    let out = worker.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("the host that started this compile is gone"),
+        "{said}"
+    );
+}

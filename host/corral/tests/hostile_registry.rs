@@ -304,11 +304,19 @@ fn one_slow_registry_holds_up_no_other_tenants_roll_outs() {
         "insecure_registries = [{slow:?}, {good_host:?}]\nfollow_interval = \"1s\"\nregistry_deadline = \"120s\""
     ));
     // Alpha follows a tag on the registry that drips; beta one on a good
-    // registry.
+    // registry. The start waits 10 s at most for the first checks, not the
+    // drip's 120 s.
+    let starting = Instant::now();
     let corral = host.serve([
         &format!("registries = [{slow:?}]\nfollow = [\"oci://{slow}/acme/slow:stable\"]"),
         &format!("registries = [{good_host:?}]\nfollow = [{stable:?}]"),
     ]);
+    let started = starting.elapsed();
+    corral.await_logged("followed tags not all checked within 10s", 1);
+    assert!(
+        started < Duration::from_secs(10) + 2 * SLACK,
+        "the start waited {started:?} for a registry that drips"
+    );
     corral.await_logged(&format!("following {stable}: activated"), 1);
     // Beta's tag moves while alpha's check is stuck: beta rolls out.
     let moved = good.push(&v2, &stable);
@@ -354,4 +362,49 @@ fn the_hosts_own_registry_password_never_goes_to_a_tenants_registry() {
         );
     }
     assert!(asked > 0, "the registry was never asked");
+}
+
+/// A registry whose connections are never accepted (its queue is full, as
+/// a registry host drowning or dropping SYNs): each connection the pull
+/// makes gives up within its 10 s, the deploy is refused naming where it
+/// could not connect, long before the pull's whole deadline, and the host
+/// serves on.
+#[test]
+fn a_registry_that_never_accepts_a_connection_fails_the_pull_at_its_connect_timeout() {
+    use std::os::fd::AsRawFd as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    // SAFETY: listen on a socket this test owns, to shrink its queue.
+    assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+    let address = listener.local_addr().unwrap();
+    // Connections that complete but are never accepted fill the queue;
+    // from then on a connection's handshake gets no answer.
+    let mut filling = Vec::new();
+    loop {
+        match TcpStream::connect_timeout(&address, Duration::from_millis(500)) {
+            Ok(stream) => filling.push(stream),
+            Err(_) => break,
+        }
+        assert!(filling.len() < 64, "the queue never filled");
+    }
+    let registry = address.to_string();
+    let host = Host::new(&format!(
+        "insecure_registries = [{registry:?}]\nregistry_deadline = \"120s\""
+    ));
+    let _corral = host.serve([&format!("registries = [{registry:?}]"), ""]);
+    let started = Instant::now();
+    let out = host.cli(
+        &host.tokens[0].token,
+        &["deploy", &format!("oci://{registry}/acme/x:1")],
+    );
+    let took = started.elapsed();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains(&registry), "{said}");
+    assert!(said.contains("no connection within 10s"), "{said}");
+    // One connect timeout, or a few (the client may try again), but not
+    // the pull's 120 s.
+    assert!(took < Duration::from_secs(60), "{took:?}: {said}");
+    let status = host.cli(&host.operator.token, &["status", "--json"]);
+    assert!(status.status.success(), "{}", text(&status));
+    drop(filling);
 }

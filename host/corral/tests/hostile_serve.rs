@@ -15,7 +15,8 @@ use common::activities::{
     unique,
 };
 use common::admin::{Host, path, token};
-use common::processes::{Corral, TemporalServer, free_port, sample, scrape};
+use common::processes::{Corral, free_port, sample, scrape};
+use common::temporal::TemporalServer;
 use common::{example, hostile_guest};
 
 /// How late a deadline may be met on a loaded 2-core machine.
@@ -441,6 +442,47 @@ fn an_invoke_whose_client_goes_away_is_counted_cancelled_not_left_in_flight() {
         "{}",
         host.scrape()
     );
+}
+
+/// `invoke` (the admin API's `Run`, a smoke test outside the engines)
+/// runs at most 4 at a time on a host, whoever asks: a tenant's fifth is
+/// refused at once, naming the bound, while the four run; each task the
+/// refusal would have started is never started.
+#[test]
+fn at_most_four_invokes_run_at_once_and_a_fifth_is_refused_at_once() {
+    let host = Host::new("");
+    let _corral = host.serve(["", ""]);
+    host.alpha(&["deploy", &path(&example("misbehave")), "--json"]);
+    let invoke = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_corral"));
+        command
+            .args(["invoke", "demo:misbehave/api.sleep", "60000"])
+            .env(
+                "CORRAL_ENDPOINT",
+                format!("http://127.0.0.1:{}", host.admin()),
+            )
+            .env("CORRAL_TOKEN", &host.tokens[0].token)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        command
+    };
+    let mut running: Vec<_> = (0..4).map(|_| invoke().spawn().unwrap()).collect();
+    let in_flight = r#"corral_tasks_in_flight{tenant="alpha"}"#;
+    await_sample(host.metrics(), in_flight, 4.0);
+    let fifth = invoke().output().unwrap();
+    let said = text(&fifth);
+    assert!(!fifth.status.success(), "{said}");
+    assert!(
+        said.contains("ResourceExhausted")
+            && said.contains("4 smoke-test runs are already running"),
+        "{said}"
+    );
+    assert_eq!(sample(&host.scrape(), in_flight), Some(4.0));
+    for client in &mut running {
+        client.kill().unwrap();
+        client.wait().unwrap();
+    }
+    await_sample(host.metrics(), in_flight, 0.0);
 }
 
 /// The files of a data directory's subdirectory.

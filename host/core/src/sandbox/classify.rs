@@ -328,4 +328,21 @@ mod tests {
         assert_eq!(failure.class, FailureClass::Host, "{failure}");
         assert!(failure.retryable);
     }
+
+    #[test]
+    fn a_list_of_names_names_twenty_each_cut_and_counts_the_rest() {
+        let long = "n".repeat(1000);
+        let names: Vec<String> = (0..500).map(|i| format!("{long}{i}")).collect();
+        let listed = listed_names(names.iter().map(String::as_str));
+        assert!(
+            listed.ends_with(", and 480 more"),
+            "{}",
+            &listed[listed.len() - 40..]
+        );
+        assert_eq!(listed.matches(", ").count(), MAX_LISTED);
+        // Each name cut to the bound: the list is a few KiB, not 500 KB.
+        assert!(listed.len() < MAX_LISTED * 256, "{} bytes", listed.len());
+        let few = listed_names(["a", "b\nc"].into_iter());
+        assert_eq!(few, "a, b\\nc");
+    }
 }

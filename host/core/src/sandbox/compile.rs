@@ -155,6 +155,8 @@ pub(crate) fn compile_in_worker(
         .arg("compile-worker")
         .arg("--max-wasm-stack")
         .arg(max_wasm_stack.to_string())
+        .arg("--host-pid")
+        .arg(std::process::id().to_string())
         .stdin(stdin)
         .stdout(stdout)
         .stderr(Stdio::piped())
@@ -271,12 +273,21 @@ pub(crate) fn compile_in_worker(
     }
 }
 
-/// `corral compile-worker`: stdin → compiled artifact on stdout.
-pub fn worker_main(max_wasm_stack: usize) -> ExitCode {
+/// `corral compile-worker`: stdin → compiled artifact on stdout. `host`
+/// is the host that started it (`None`: started by hand).
+pub fn worker_main(max_wasm_stack: usize, host: Option<u32>) -> ExitCode {
     // Again after exec, which clears it when it changes credentials (a
     // binary with file capabilities): the worker dies with its host.
     // SAFETY: prctl sets this process's own parent-death signal.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    // A host that died before that line (between exec and here) sent no
+    // signal: its worker has another parent now, and stops.
+    // SAFETY: getppid has no preconditions.
+    let parent = u32::try_from(unsafe { libc::getppid() }).ok();
+    if host.is_some_and(|host| parent != Some(host)) {
+        eprintln!("the host that started this compile is gone");
+        return ExitCode::FAILURE;
+    }
     let mut bytes = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut bytes) {
         eprintln!("reading the component: {e}");

@@ -37,7 +37,7 @@ use super::shadow::Tape;
 use super::signature::ActivityType;
 use super::stdio::{Capture, GuestOutput};
 use super::task_id::TaskLabels;
-use super::tenant::PreparedTenant;
+use super::tenant::{PolicyError, PreparedTenant};
 use super::warm::Warm;
 use super::watchdog::{Verdict, Watchdog};
 use crate::sync::lock;
@@ -126,7 +126,7 @@ impl Sandbox {
             timeout,
             carried,
         )
-        .map_err(|e| Failure::new(FailureClass::Host, policy, e))?;
+        .map_err(|e| Failure::new(FailureClass::Host, policy, e.to_string()))?;
         // Counted in: idle pool memory is never released under a task.
         let _running = self.activity.enter(started).await;
         let _ticking = self.ticker.enter();
@@ -139,13 +139,13 @@ impl Sandbox {
                     ..
                 } = warm;
                 self.renew(&mut store, state, limits)
-                    .map_err(|e| Failure::new(FailureClass::Host, policy, e))?;
+                    .map_err(|e| Failure::new(FailureClass::Host, policy, e.to_string()))?;
                 (store, Some(instance), tasks)
             }
             None => {
                 let store = self
                     .store(state, limits)
-                    .map_err(|e| Failure::new(FailureClass::Host, policy, e))?;
+                    .map_err(|e| Failure::new(FailureClass::Host, policy, e.to_string()))?;
                 (store, None, 0)
             }
         };
@@ -217,7 +217,7 @@ impl Sandbox {
         store: &mut Store<TaskState>,
         mut state: TaskState,
         limits: &Limits,
-    ) -> Result<(), String> {
+    ) -> Result<(), StoreError> {
         let last = store.data_mut();
         state.table = std::mem::take(&mut last.table);
         state.table.set_max_capacity(limits.max_handles);
@@ -228,7 +228,7 @@ impl Sandbox {
 
     /// A store for the task's state, configured: its limiter, the hostcall
     /// bound, the watchdog's hooks, fuel and the yield interval.
-    fn store(&self, state: TaskState, limits: &Limits) -> Result<Store<TaskState>, String> {
+    fn store(&self, state: TaskState, limits: &Limits) -> Result<Store<TaskState>, StoreError> {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         // What the guest may hand the host in one call (a result, heartbeat
@@ -280,7 +280,7 @@ impl Sandbox {
         // keeps one busy guest from starving everything else.
         store
             .fuel_async_yield_interval(Some(self.config.yield_every_fuel))
-            .map_err(|e| format!("setting fuel: {e:#}"))?;
+            .map_err(StoreError::Fuel)?;
         arm(&mut store, limits)?;
         Ok(store)
     }
@@ -288,11 +288,21 @@ impl Sandbox {
 
 /// What a store needs afresh for each task, new or warm: the epoch
 /// deadline of one tick (see `store`), and the tenant's CPU budget.
-fn arm(store: &mut Store<TaskState>, limits: &Limits) -> Result<(), String> {
+fn arm(store: &mut Store<TaskState>, limits: &Limits) -> Result<(), StoreError> {
     store.set_epoch_deadline(1);
     store
         .set_fuel(limits.fuel.unwrap_or(u64::MAX))
-        .map_err(|e| format!("setting fuel: {e:#}"))
+        .map_err(StoreError::Fuel)
+}
+
+/// Why a task's store or state could not be made: the host's fault, never
+/// the guest's (the task fails as `Host`).
+#[derive(Debug, thiserror::Error)]
+enum StoreError {
+    #[error("setting fuel: {0:#}")]
+    Fuel(#[source] wasmtime::Error),
+    #[error("the task's WASI context: {0}")]
+    Wasi(#[source] PolicyError),
 }
 
 /// The activity the task names and its arguments as WIT values, or why
@@ -375,7 +385,7 @@ fn prepare(
     task: &Task,
     timeout: Option<Duration>,
     carried: Option<Carried>,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, StoreError> {
     let Task {
         observer,
         cancel,
@@ -412,7 +422,7 @@ fn prepare(
             GuestOutput::new(Stream::Stderr, &capture),
             born,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(StoreError::Wasi)?;
     let started = Instant::now();
     let http_policy = HttpPolicy::new(
         tenant.capabilities.http_hosts.clone(),

@@ -90,6 +90,10 @@ struct CompileWorkerArgs {
     /// The engine's guest stack, which compiled code depends on.
     #[arg(long)]
     max_wasm_stack: usize,
+    /// The host that started it: the worker stops if its parent is
+    /// another (the host died as it started).
+    #[arg(long)]
+    host_pid: Option<u32>,
 }
 
 /// Options every command that loads components shares.
@@ -289,11 +293,11 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // No runtime and no logs: it compiles one component and exits.
     if let Command::CompileWorker(args) = &cli.command {
-        return corral_core::sandbox::compile_worker_main(args.max_wasm_stack);
+        return corral_core::sandbox::compile_worker_main(args.max_wasm_stack, args.host_pid);
     }
-    // Two TLS crypto providers are linked (ring for tonic, aws-lc-rs for the
-    // OCI client's token handling), so rustls cannot choose one itself: the
-    // admin API's TLS, its clients and registry HTTPS all use ring.
+    // The admin API's TLS, its clients and registry HTTPS all use ring, the
+    // one TLS crypto provider linked; chosen here, before anything asks
+    // rustls for its default.
     if rustls::crypto::ring::default_provider()
         .install_default()
         .is_err()

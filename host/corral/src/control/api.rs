@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_stream::StreamExt as _;
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -18,6 +18,7 @@ use super::rollout::Ramp;
 use super::shapes::failure_to_proto;
 pub use super::shapes::{changes_to_proto, outbound_http, replay_to_proto, to_proto};
 use super::store::StoredReuse;
+pub use super::uploads::{UPLOADS_PER_HOST, UPLOADS_PER_TENANT, Uploads};
 use crate::connectors::local::{Local, Submission};
 use crate::oci::Registries;
 use crate::staging::{StageError, StagedComponent};
@@ -52,53 +53,6 @@ pub const UPLOAD_CHUNK: usize = 1 << 20;
 
 /// How many `Run` calls may execute at once, host-wide.
 pub const RUN_SLOTS: usize = 4;
-
-/// Uploads one tenant may have in flight at once.
-pub const UPLOADS_PER_TENANT: usize = 2;
-/// Uploads in flight at once, host-wide.
-pub const UPLOADS_PER_HOST: usize = 16;
-
-/// Slots for uploads in flight. Each holds at most one chunk in memory
-/// (it is staged on disk as it arrives), so the host's memory for uploads
-/// is bounded by these counts, whatever the components' sizes; an upload
-/// over either is refused at once, never queued.
-pub struct Uploads {
-    host: Arc<Semaphore>,
-    tenants: std::sync::Mutex<std::collections::HashMap<String, Arc<Semaphore>>>,
-}
-
-impl Default for Uploads {
-    fn default() -> Self {
-        Uploads {
-            host: Arc::new(Semaphore::new(UPLOADS_PER_HOST)),
-            tenants: Default::default(),
-        }
-    }
-}
-
-impl Uploads {
-    /// A slot for one of `tenant`'s uploads, or why not.
-    fn admit(&self, tenant: &str) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), Status> {
-        let own = self
-            .tenants
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(tenant.to_owned())
-            .or_insert_with(|| Arc::new(Semaphore::new(UPLOADS_PER_TENANT)))
-            .clone();
-        let own = own.try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted(format!(
-                "tenant `{tenant}` already has {UPLOADS_PER_TENANT} uploads in flight: wait for one to finish"
-            ))
-        })?;
-        let host = self.host.clone().try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted(format!(
-                "this host already has {UPLOADS_PER_HOST} uploads in flight: try again shortly"
-            ))
-        })?;
-        Ok((own, host))
-    }
-}
 
 impl AdminService {
     fn tenant<T>(&self, request: &Request<T>, requested: &str) -> Result<String, Status> {

@@ -114,7 +114,7 @@ impl Drop for Share {
 
 impl Shares {
     /// A slot for `caller`, or why not.
-    fn take(self: &Arc<Self>, caller: &Caller) -> Result<Share, String> {
+    fn take(self: &Arc<Self>, caller: &Caller) -> Result<Share, NoShare> {
         match caller {
             Caller::Operator => {
                 let permit = self
@@ -122,7 +122,7 @@ impl Shares {
                     .clone()
                     .try_acquire_owned()
                     .or_else(|_| self.reserve.clone().try_acquire_owned())
-                    .map_err(|_| "every authenticated slot is taken".to_owned())?;
+                    .map_err(|_| NoShare::Full)?;
                 Ok(Share {
                     _permit: permit,
                     tenant: None,
@@ -132,15 +132,16 @@ impl Shares {
                 let mut held = lock(&self.held);
                 let n = held.entry(name.clone()).or_insert(0);
                 if *n >= self.per_tenant {
-                    return Err(format!(
-                        "tenant `{name}` already holds its {} admin connections",
-                        self.per_tenant
-                    ));
+                    return Err(NoShare::Tenant {
+                        tenant: name.clone(),
+                        held: self.per_tenant,
+                    });
                 }
-                let permit =
-                    self.shared.clone().try_acquire_owned().map_err(|_| {
-                        "every authenticated slot tenants may take is taken".to_owned()
-                    })?;
+                let permit = self
+                    .shared
+                    .clone()
+                    .try_acquire_owned()
+                    .map_err(|_| NoShare::TenantsFull)?;
                 *n += 1;
                 Ok(Share {
                     _permit: permit,
@@ -149,6 +150,17 @@ impl Shares {
             }
         }
     }
+}
+
+/// Why an authenticated connection gets no slot.
+#[derive(Debug, thiserror::Error)]
+enum NoShare {
+    #[error("every authenticated slot is taken")]
+    Full,
+    #[error("every authenticated slot tenants may take is taken")]
+    TenantsFull,
+    #[error("tenant `{tenant}` already holds its {held} admin connections")]
+    Tenant { tenant: String, held: usize },
 }
 
 impl Standing {

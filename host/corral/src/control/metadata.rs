@@ -196,4 +196,47 @@ mod tests {
         ));
         assert_eq!(size(&map(&[("ab", "cd")]), &none, &map(&[("e", "")])), 5);
     }
+
+    #[test]
+    fn aliases_and_config_keys_are_counted_and_every_key_and_alias_target_is_bounded() {
+        let none = BTreeMap::new();
+        for (what, max) in [("aliases", MAX_ALIASES), ("config", MAX_CONFIG_KEYS)] {
+            let keys = |n: usize| -> BTreeMap<String, String> {
+                (0..n).map(|i| (format!("k{i}"), "v".to_owned())).collect()
+            };
+            let check_as = |m: &BTreeMap<String, String>| match what {
+                "aliases" => check(&none, m, &none),
+                _ => check(&none, &none, m),
+            };
+            assert_eq!(check_as(&keys(max)), Ok(()), "{what}");
+            assert_eq!(
+                check_as(&keys(max + 1)),
+                Err(MetadataError::TooMany {
+                    what,
+                    count: max + 1,
+                    max
+                }),
+                "{what}"
+            );
+            let longest = "k".repeat(MAX_KEY);
+            assert_eq!(check_as(&map(&[(&longest, "v")])), Ok(()), "{what}");
+            let over = "k".repeat(MAX_KEY + 1);
+            assert!(
+                matches!(
+                    check_as(&map(&[(&over, "v")])),
+                    Err(MetadataError::Key { .. })
+                ),
+                "{what}"
+            );
+        }
+        // An alias's target is a type name: a key's length at most.
+        let target = "t".repeat(MAX_KEY + 1);
+        assert!(matches!(
+            check(&none, &map(&[("Short", &target)]), &none),
+            Err(MetadataError::Value {
+                what: "aliases",
+                ..
+            })
+        ));
+    }
 }

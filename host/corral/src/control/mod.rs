@@ -21,6 +21,7 @@ pub mod server;
 pub mod shadow;
 mod shapes;
 pub mod store;
+mod uploads;
 
 pub use api::AdminService;
 pub use auth::{Auth, Principal};

@@ -129,7 +129,10 @@ fn a_tenant_holds_only_its_share_and_the_operator_keeps_a_reserve() {
     let a = Caller::Tenant("a".into());
     let held: Vec<Share> = (0..2).map(|_| shares.take(&a).unwrap()).collect();
     let refused = shares.take(&a).err().unwrap();
-    assert!(refused.contains("already holds its 2"), "{refused}");
+    assert!(
+        refused.to_string().contains("already holds its 2"),
+        "{refused}"
+    );
     // Another tenant takes the last shared slot; then none is left for
     // tenants, but the operator still gets in.
     let b = shares.take(&Caller::Tenant("b".into())).unwrap();
