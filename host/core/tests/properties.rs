@@ -330,7 +330,8 @@ fn wit_type(engine: &wasmtime::Engine, shape: &Shape) -> Type {
         "(component {} (import \"f\" (func (param \"x\" {ty}))))",
         defs.join(" ")
     );
-    let component = wasmtime::component::Component::new(engine, &wat)
+    let bytes = wat::parse_str(&wat).unwrap_or_else(|e| panic!("{wat}: {e:#}"));
+    let component = wasmtime::component::Component::new(engine, &bytes)
         .unwrap_or_else(|e| panic!("{wat}: {e:#}"));
     let component_type = component.component_type();
     let (_, item) = component_type

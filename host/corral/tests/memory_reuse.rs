@@ -194,7 +194,7 @@ fn attack() {
     .unwrap();
     let engine = sandbox.engine();
     let wat = format!(r#"(module (memory (export "memory") {PAGES}))"#);
-    let module = Module::new(engine, wat).unwrap();
+    let module = Module::new(engine, wat::parse_str(&wat).unwrap()).unwrap();
     let instantiate = || {
         let mut store = Store::new(engine, ());
         store.set_fuel(u64::MAX).unwrap();

@@ -57,6 +57,14 @@ const MAX_LISTED: usize = 5;
 /// How long a whole pull (or a tag's resolution) may take by default.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
 
+/// Makes ring rustls' process-wide crypto provider, if none is yet: the
+/// OCI client's HTTP client (reqwest, with rustls and no provider of its
+/// own) takes the process's, and fails without one. The binary chooses it
+/// at start; this covers every other caller of the library.
+pub fn tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Whether `digest` is `sha256:` and 64 lower-case hex digits: the only
 /// form a host stores, logs or exports.
 pub fn is_sha256_digest(digest: &str) -> bool {

@@ -114,6 +114,7 @@ impl Registries {
 
     /// A client whose every connection goes through `egress`.
     pub(super) fn client(&self, egress: &Egress) -> WasmClient {
+        super::tls_provider();
         WasmClient::new(Client::new(ClientConfig {
             protocol: ClientProtocol::HttpsExcept(self.insecure.clone()),
             connect_timeout: Some(Duration::from_secs(10)),

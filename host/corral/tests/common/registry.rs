@@ -104,6 +104,7 @@ impl Registry {
 
     /// oci-client, speaking plain HTTP to this registry: another tool.
     pub fn client(&self) -> Client {
+        corral::oci::tls_provider();
         Client::new(ClientConfig {
             protocol: ClientProtocol::HttpsExcept(vec![self.host()]),
             ..ClientConfig::default()
