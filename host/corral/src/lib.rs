@@ -10,6 +10,7 @@ pub mod connectors;
 pub mod control;
 pub mod descriptors;
 pub mod dev_server;
+pub mod health;
 pub mod log;
 pub mod oci;
 pub mod secrets;

@@ -373,7 +373,7 @@ fn a_drained_and_restarted_server_still_gets_the_result() {
 #[test]
 fn one_host_serves_a_temporal_tenant_and_an_aion_tenant_at_once() {
     use common::activities::{execute, unique};
-    use common::processes::TemporalServer;
+    use common::temporal::TemporalServer;
 
     let aion = AionServer::start();
     let temporal = TemporalServer::start();

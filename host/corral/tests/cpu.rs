@@ -15,7 +15,8 @@ use serde_json::Value;
 use common::activities::{describe, execute, text, timestamp, unique};
 use common::admin::{path, token};
 use common::hostile_guest;
-use common::processes::{Corral, TemporalServer, free_port, sample, scrape};
+use common::processes::{Corral, free_port, sample, scrape};
+use common::temporal::TemporalServer;
 
 /// A quarter of a core: 25 ms of CPU in every 100 ms window.
 const CAP: f64 = 0.25;

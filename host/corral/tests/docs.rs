@@ -11,6 +11,7 @@ use std::process::Command;
 /// with one of these names a file of this repository.
 const TOP: &[&str] = &[
     ".ci",
+    "deploy",
     "docs",
     "examples",
     "guest-sdk",

@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use common::activities::{outcome, start, unique, wait_for};
 use common::example;
-use common::processes::{Corral, TemporalServer};
+use common::processes::Corral;
 use common::registry::Registry;
+use common::temporal::TemporalServer;
 use serde_json::Value;
 
 const HOLD: &str = "demo:versioned/api.hold";

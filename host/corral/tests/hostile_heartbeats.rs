@@ -9,7 +9,8 @@ use std::time::Duration;
 use common::activities::{outcome, resident_after_a_hostile_task, start, unique, wait_for};
 use common::admin::path;
 use common::hostile_guest;
-use common::processes::{Corral, TemporalServer, free_port};
+use common::processes::{Corral, free_port};
+use common::temporal::TemporalServer;
 
 /// Tasks in flight at once, each holding its details.
 const TASKS: u64 = 4;

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use common::activities::*;
 use common::example;
-use common::processes::{Corral, TemporalServer, forgery};
+use common::processes::{Corral, forgery};
+use common::temporal::TemporalServer;
 
 const LIMITS: &str =
     r#"memory = "64MiB", timeout = "20s", max_concurrent = 8, cancel_grace = "1s""#;

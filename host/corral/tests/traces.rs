@@ -17,7 +17,8 @@ use common::admin::path;
 use common::example;
 use common::http::recording_server;
 use common::otlp::{Receiver, Span};
-use common::processes::{Corral, TemporalServer};
+use common::processes::Corral;
+use common::temporal::TemporalServer;
 
 const KEY: &str = "sk_live_traced_0123456789";
 

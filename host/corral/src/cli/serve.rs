@@ -17,6 +17,7 @@ use corral::connectors::temporal::{self, Connections, TemporalConnector};
 use corral::control::follow::Follower;
 use corral::control::store::Index;
 use corral::control::{AdminService, Auth, Catalog, Store, TenantSpec, api, server};
+use corral::health::Health;
 use corral_core::metrics::Metrics;
 use corral_core::sandbox::{CompileLimits, Sandbox, SandboxConfig, Secrets, listed_names};
 use corral_core::session::{Connector, Permits, Registry, Session};
@@ -133,6 +134,37 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let json = config.host.log_json;
     corral::descriptors::prepare(&config);
+    // The probes answer from the start: not ready while the host loads
+    // and connects, not ready at once when it is told to stop.
+    let health = Health::new(config.tenants.iter().map(|t| t.tenant.name.as_str()));
+    tokio::spawn(health.clone().tick_forever());
+    tokio::spawn({
+        let (health, shutdown) = (health.clone(), shutdown.clone());
+        async move {
+            shutdown.cancelled().await;
+            health.draining();
+        }
+    });
+    // The endpoints stop only after the workers have drained.
+    let endpoints = CancellationToken::new();
+    let mut listeners = Vec::new();
+    let page = server::Page::default();
+    if let Some(address) = config.host.metrics_listen {
+        let (bound, handle) = server::metrics(
+            address,
+            page.clone(),
+            health.clone(),
+            config.host.metrics_token_sha256,
+            endpoints.clone(),
+        )
+        .await?;
+        announce(
+            json,
+            format_args!("metrics on http://{bound}/metrics (probes: /livez, /readyz)"),
+        );
+        listeners.push(handle);
+    }
+    health.starting("opening the store");
     let (store, index) = match &config.host.data_dir {
         Some(dir) => Store::open(dir)?,
         None => (Store::in_memory(), Index::default()),
@@ -183,6 +215,7 @@ pub async fn run(
     }
     let registry = Arc::new(Registry::default());
     let metrics = Arc::new(Metrics::default());
+    health.starting("loading and compiling the configured components");
     let catalog = Catalog::open(
         sandbox.clone(),
         registry.clone(),
@@ -230,6 +263,7 @@ pub async fn run(
             .collect(),
     ));
     if !follower.is_empty() {
+        health.starting("checking the followed tags");
         follower
             .clone()
             .start(shutdown.clone(), FIRST_FOLLOW_CHECKS)
@@ -281,6 +315,8 @@ pub async fn run(
     let mut connectors: Vec<Arc<dyn Connector>> = Vec::new();
     for t in &config.tenants {
         let name = &t.tenant.name;
+        health.starting(format!("connecting tenant `{name}` to its engine"));
+        let link = health.link(name);
         let connector: Arc<dyn Connector> = match &t.engine {
             Engine::Temporal(binding) => {
                 let runtime = match &runtime {
@@ -296,6 +332,7 @@ pub async fn run(
                         &permits,
                         config.host.shutdown_grace,
                         config.host.connect_timeout,
+                        link,
                     )
                     .await?,
                 )
@@ -307,6 +344,7 @@ pub async fn run(
                     registry.clone(),
                     permits.clone(),
                     config.host.connect_timeout,
+                    link,
                 )
                 .await?,
             ),
@@ -327,9 +365,9 @@ pub async fn run(
         );
         connectors.push(connector);
     }
-    // The endpoints stop only after the workers have drained.
-    let endpoints = CancellationToken::new();
-    let mut listeners = Vec::new();
+    // Each Temporal server is asked now and then whether it answers: its
+    // tenants are ready only while it does.
+    connections.watch(endpoints.clone());
     if let Some(address) = config.host.admin_listen {
         // The admin API's `Run` is one more engine of the session.
         let local = Local::new(session.clone());
@@ -361,30 +399,23 @@ pub async fn run(
         announce(json, format_args!("admin API on {scheme}://{bound}"));
         listeners.push(handle);
     }
-    if let Some(address) = config.host.metrics_listen {
-        let tenants = config
-            .tenants
-            .iter()
-            .map(|t| t.tenant.name.clone())
-            .collect();
-        let (bound, handle) = server::metrics(
-            address,
-            metrics,
-            permits.clone(),
-            tenants,
-            config.host.metrics_token_sha256,
+    // What /metrics shows, now that it exists.
+    let tenants: Vec<String> = config
+        .tenants
+        .iter()
+        .map(|t| t.tenant.name.clone())
+        .collect();
+    let _ = page.set(Box::new({
+        let (follower, catalog, permits) = (follower.clone(), catalog.clone(), permits.clone());
+        move || {
             // The control plane's lines: followed tags and canaries.
-            Arc::new({
-                let (follower, catalog) = (follower.clone(), catalog.clone());
-                move || follower.render() + &catalog.render_canaries()
-            }),
-            endpoints.clone(),
-        )
-        .await?;
-        announce(json, format_args!("metrics on http://{bound}/metrics"));
-        listeners.push(handle);
-    }
+            metrics.render(&server::gauges(&permits, &tenants))
+                + &follower.render()
+                + &catalog.render_canaries()
+        }
+    }));
     ready(&catalog);
+    health.serving();
     announce(
         json,
         format_args!(
@@ -399,8 +430,9 @@ pub async fn run(
         let grace = config.host.shutdown_grace;
         serving.spawn(async move { session.serve(connector, shutdown, grace).await });
     }
+    let mut left = 0;
     while let Some(done) = serving.join_next().await {
-        done?;
+        left += done?;
     }
     endpoints.cancel();
     let closing = tokio::time::Instant::now() + ENDPOINTS_CLOSE;
@@ -418,10 +450,18 @@ pub async fn run(
     // Every task has ended, and every admin call (an invoke's task, a
     // deploy): what they recorded is written before the host goes.
     catalog.samples().flush();
-    announce(
-        json,
-        format_args!("stopped; every accepted task was reported"),
-    );
+    match left {
+        0 => announce(
+            json,
+            format_args!("stopped; every accepted task was reported"),
+        ),
+        left => announce(
+            json,
+            format_args!(
+                "stopped; {left} task(s) left running or unreported (the engine runs them again after its timeouts)"
+            ),
+        ),
+    }
     Ok(())
 }
 

@@ -20,8 +20,9 @@ use super::auth::Principal;
 use super::gate::{Caller, ConnectionInfo, Gate, GateLimits, Strangers};
 use super::proto::admin_server::AdminServer;
 use crate::config::TlsFiles;
+use crate::health::{Answer, Health};
 use crate::token::TokenHash;
-use corral_core::metrics::{Gauges, Metrics};
+use corral_core::metrics::Gauges;
 use corral_core::session::Permits;
 
 /// What the admin endpoint holds against the network. Authentication comes
@@ -152,16 +153,19 @@ pub async fn admin(
     Ok((bound, handle))
 }
 
-/// Serves `GET /metrics` until `shutdown`; with `token_sha256`, only to
-/// requests bearing that token. `control` adds the control plane's lines
-/// (followed tags, canaries) to each scrape.
+/// What `/metrics` shows: the page, once the host has made what it shows
+/// (until then the endpoint answers that the host is starting).
+pub type Page = Arc<std::sync::OnceLock<Box<dyn Fn() -> String + Send + Sync>>>;
+
+/// Serves `GET /metrics`, `/livez` and `/readyz` until `shutdown`; with
+/// `token_sha256`, `/metrics` and `/readyz?verbose` (which name tenants)
+/// only to requests bearing that token. The probes need none: they say
+/// only yes or no, and an orchestrator's probe carries no secret.
 pub async fn metrics(
     address: SocketAddr,
-    metrics: Arc<Metrics>,
-    permits: Permits,
-    tenants: Vec<String>,
+    page: Page,
+    health: Arc<Health>,
     token_sha256: Option<TokenHash>,
-    control: Arc<dyn Fn() -> String + Send + Sync>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(address)
@@ -175,27 +179,10 @@ pub async fn metrics(
                 () = shutdown.cancelled() => return,
                 stream = gate.accept() => stream,
             };
-            let metrics = metrics.clone();
-            let permits = permits.clone();
-            let tenants = tenants.clone();
-            let control = control.clone();
+            let (page, health) = (page.clone(), health.clone());
             let service = hyper::service::service_fn(
                 move |request: hyper::Request<hyper::body::Incoming>| {
-                    let response = if request.method() != Method::GET
-                        || request.uri().path() != "/metrics"
-                    {
-                        plain(StatusCode::NOT_FOUND, "corral serves GET /metrics\n")
-                    } else if !bearer_matches(&request, token_sha256) {
-                        plain(
-                            StatusCode::UNAUTHORIZED,
-                            "send `authorization: Bearer <token>` (host.metrics_token_sha256)\n",
-                        )
-                    } else {
-                        let gauges = gauges(&permits, &tenants);
-                        Response::builder()
-                            .header("content-type", "text/plain; version=0.0.4")
-                            .body(Full::new(Bytes::from(metrics.render(&gauges) + &control())))
-                    };
+                    let response = answer(&request, &page, &health, token_sha256);
                     async move { Ok::<_, Infallible>(response.unwrap_or_default()) }
                 },
             );
@@ -216,6 +203,61 @@ pub async fn metrics(
         }
     });
     Ok((bound, handle))
+}
+
+/// The answer to one request on the metrics listener.
+fn answer<B>(
+    request: &hyper::Request<B>,
+    page: &Page,
+    health: &Health,
+    token_sha256: Option<TokenHash>,
+) -> Result<Response<Full<Bytes>>, hyper::http::Error> {
+    if request.method() != Method::GET {
+        return plain(StatusCode::METHOD_NOT_ALLOWED, SERVED);
+    }
+    let verbose = request.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|p| p == "verbose" || p.starts_with("verbose="))
+    });
+    let probe = |said: Answer, content_type: &'static str| {
+        let status = match said.ok {
+            true => StatusCode::OK,
+            false => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        Response::builder()
+            .status(status)
+            .header("content-type", content_type)
+            .header("cache-control", "no-store")
+            .body(Full::new(Bytes::from(said.text)))
+    };
+    let authorized = bearer_matches(request, token_sha256);
+    match request.uri().path() {
+        "/livez" => probe(health.live(), "text/plain"),
+        "/readyz" if verbose && !authorized => unauthorized(),
+        "/readyz" if verbose => probe(health.ready(true), "application/json"),
+        "/readyz" => probe(health.ready(false), "text/plain"),
+        "/metrics" if !authorized => unauthorized(),
+        "/metrics" => match page.get() {
+            Some(render) => Response::builder()
+                .header("content-type", "text/plain; version=0.0.4")
+                .body(Full::new(Bytes::from(render()))),
+            None => plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "corral is starting: /metrics answers once it serves\n",
+            ),
+        },
+        _ => plain(StatusCode::NOT_FOUND, SERVED),
+    }
+}
+
+/// What the metrics listener serves, for a request it does not.
+const SERVED: &str = "corral serves GET /metrics, /livez and /readyz (?verbose)\n";
+
+fn unauthorized() -> Result<Response<Full<Bytes>>, hyper::http::Error> {
+    plain(
+        StatusCode::UNAUTHORIZED,
+        "send `authorization: Bearer <token>` (host.metrics_token_sha256)\n",
+    )
 }
 
 fn plain(
@@ -241,7 +283,8 @@ fn bearer_matches<B>(request: &hyper::Request<B>, expected: Option<TokenHash>) -
         .is_some_and(|hash| hash == expected)
 }
 
-fn gauges(permits: &Permits, tenants: &[String]) -> Gauges {
+/// The permits' gauges for a scrape.
+pub fn gauges(permits: &Permits, tenants: &[String]) -> Gauges {
     let host = permits.host_usage();
     Gauges {
         host_permits: (host.in_use, host.limit),

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::processes::{Corral, TemporalServer};
+use super::processes::Corral;
+use super::temporal::TemporalServer;
 
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);

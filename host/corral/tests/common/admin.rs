@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::activities::{execute, json_of, text, unique};
 use super::example;
-use super::processes::{Corral, TemporalServer, free_port};
+use super::processes::{Corral, free_port};
+use super::temporal::TemporalServer;
 
 /// A token and its hash, from `corral token --json`.
 pub struct Token {

