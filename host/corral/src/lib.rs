@@ -17,6 +17,7 @@ pub mod secrets;
 pub mod staging;
 pub mod telemetry;
 pub mod token;
+pub mod trust;
 
 /// An error and its causes, on one line (each cause once).
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {

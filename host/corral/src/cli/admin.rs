@@ -1,5 +1,6 @@
-//! The admin API's command line: `deploy`, `ls`, `describe`, `rm`,
-//! `activate`, `invoke`, and the local `token` (`status`: `status.rs`). Tables for people,
+//! The admin API's command line: `ls`, `describe`, `rm`, `activate`,
+//! `invoke`, and the local `token` (`deploy`: `deploy.rs`; `status`:
+//! `status.rs`). Tables for people,
 //! `--json` for scripts. Exit codes: 0 done, 1 an invoked activity failed,
 //! 2 the call was refused (the gRPC status and its message are printed).
 
@@ -10,12 +11,10 @@ use serde_json::{Value, json};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
-use corral::control::api::UPLOAD_CHUNK;
-use corral::control::proto::{self, admin_client::AdminClient, run_response, upload_request};
-use corral::control::rollout::{DEFAULT_MARGIN, DEFAULT_MIN_TASKS, Ramp};
+use corral::control::proto::{self, admin_client::AdminClient, run_response};
 use corral::token::generate_token;
 
-use super::{error_exit, key_value, usage_error};
+use super::usage_error;
 
 /// How to reach and authenticate to a host.
 #[derive(clap::Args)]
@@ -35,51 +34,6 @@ pub struct Conn {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub(super) json: bool,
-}
-
-#[derive(clap::Args)]
-pub struct DeployArgs {
-    #[command(flatten)]
-    conn: Conn,
-    /// The component to upload: a file, or oci://REGISTRY/REPOSITORY:TAG
-    /// (or @sha256:…) for the host to pull from a registry the tenant may use.
-    file: String,
-    /// The deployment it is a version of [default: the file's stem].
-    #[arg(long)]
-    name: Option<String>,
-    /// An alias served while this version is active: NAME=ACTIVITY_TYPE.
-    #[arg(long = "alias", value_name = "NAME=TYPE", value_parser = key_value)]
-    aliases: Vec<(String, String)>,
-    /// A label kept with the version: KEY=VALUE.
-    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = key_value)]
-    labels: Vec<(String, String)>,
-    /// A `wasi:config` key of this deployment, over the tenant's: KEY=VALUE.
-    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
-    config: Vec<(String, String)>,
-    /// This deployment's warm instances, over the tenant's `reuse`:
-    /// MAX_TASKS,IDLE (e.g. 1000,60s), or off.
-    #[arg(long, value_name = "MAX_TASKS,IDLE", value_parser = super::reuse_arg)]
-    reuse: Option<proto::Reuse>,
-    /// Store it without activating it.
-    #[arg(long)]
-    inactive: bool,
-    /// Ramp it up as a canary over the active version: the percents of the
-    /// deployment's tasks it takes in turn and each step's time (e.g.
-    /// 10,50/5m), then all of them.
-    #[arg(
-        long,
-        value_name = "PERCENTS/EVERY",
-        value_parser = Ramp::parse,
-        conflicts_with = "inactive"
-    )]
-    canary: Option<Ramp>,
-    /// Roll the canary back when its rate of a failure class is more than
-    /// this many points over the active version's [default: 5].
-    #[arg(long, value_name = "POINTS", requires = "canary")]
-    canary_margin: Option<u32>,
-    /// The canary's own tasks before it may be rolled back [default: 20].
-    #[arg(long, value_name = "N", requires = "canary")]
-    canary_min_tasks: Option<u32>,
 }
 
 #[derive(clap::Args)]
@@ -223,113 +177,6 @@ macro_rules! call {
 }
 pub(super) use call;
 
-pub async fn deploy(args: DeployArgs) -> ExitCode {
-    // `oci://…`: no bytes travel; the host pulls it (from registries the
-    // tenant may use). A file: its bytes follow the header.
-    let (default_name, oci_reference, bytes) = if corral::oci::is_reference(&args.file) {
-        let reference: corral::oci::OciRef = match args.file.parse() {
-            Ok(reference) => reference,
-            Err(e) => return error_exit(&e),
-        };
-        let name = reference.repository_name().to_owned();
-        (name, reference.to_string(), Vec::new())
-    } else {
-        let bytes = match std::fs::read(&args.file) {
-            Ok(bytes) => bytes,
-            Err(e) => return usage_error(format!("reading `{}`: {e}", args.file)),
-        };
-        let stem = std::path::Path::new(&args.file).file_stem().map_or_else(
-            || "component".to_owned(),
-            |s| s.to_string_lossy().into_owned(),
-        );
-        (stem, String::new(), bytes)
-    };
-    let header = proto::UploadHeader {
-        tenant: args.conn.tenant(),
-        name: args.name.clone().unwrap_or(default_name),
-        aliases: args.aliases.into_iter().collect(),
-        labels: args.labels.into_iter().collect(),
-        size: bytes.len() as u64,
-        inactive: args.inactive,
-        oci_reference,
-        config: args.config.into_iter().collect(),
-        reuse: args.reuse,
-        canary: match args.canary.map(|ramp| {
-            ramp.with_rollback(
-                args.canary_margin.unwrap_or(DEFAULT_MARGIN),
-                args.canary_min_tasks.unwrap_or(DEFAULT_MIN_TASKS),
-            )
-        }) {
-            Some(Ok(ramp)) => Some(proto::Canary {
-                steps_percent: ramp.steps().to_vec(),
-                every_ms: u64::try_from(ramp.every().as_millis()).unwrap_or(u64::MAX),
-                margin_percent: ramp.margin(),
-                min_tasks: ramp.min_tasks(),
-            }),
-            Some(Err(e)) => return usage_error(format!("--canary: {e}")),
-            None => None,
-        },
-    };
-    let mut messages = vec![proto::UploadRequest {
-        part: Some(upload_request::Part::Header(header)),
-    }];
-    messages.extend(
-        bytes
-            .chunks(UPLOAD_CHUNK)
-            .map(|chunk| proto::UploadRequest {
-                part: Some(upload_request::Part::Chunk(chunk.to_vec())),
-            }),
-    );
-    let response = call!(args.conn, upload, tokio_stream::iter(messages));
-    let Some(component) = response.component else {
-        return usage_error("the host answered without the stored component");
-    };
-    if args.conn.json {
-        let mut value = component_json(&component);
-        value["already_stored"] = json!(response.already_stored);
-        value["changes"] = response
-            .changes
-            .as_ref()
-            .map_or(Value::Null, super::diff::changes_json);
-        println!("{value}");
-    } else {
-        let canary = format!(
-            "a canary taking {}% of its deployment's tasks",
-            component.canary_percent
-        );
-        let state = if component.active {
-            "active"
-        } else if component.canary_percent > 0 {
-            &canary
-        } else if !component.held.is_empty() {
-            "stored, held for an operator's approval (corral approve)"
-        } else {
-            "stored, inactive"
-        };
-        let again = if response.already_stored {
-            " (already stored)"
-        } else {
-            ""
-        };
-        println!(
-            "{} {} of `{}`: {state}{again}",
-            component.tenant, component.digest, component.name
-        );
-        print_held(&component);
-        print_activity_types(&component);
-        print_outbound_http(&component);
-        if let Some(changes) = &response.changes {
-            if changes.against.is_empty() {
-                println!("no active version to compare with; replayed against the recording:");
-            } else {
-                println!("changes against {}:", changes.against);
-            }
-            super::diff::print(changes);
-        }
-    }
-    ExitCode::SUCCESS
-}
-
 pub async fn list(args: ConnOnly) -> ExitCode {
     let request = proto::ListRequest {
         tenant: args.conn.tenant(),
@@ -387,6 +234,7 @@ pub async fn describe(args: DigestArgs) -> ExitCode {
         );
     }
     print_held(&c);
+    print_signer(&c);
     for (k, v) in &c.labels {
         println!("  label:    {k}={v}");
     }
@@ -521,19 +369,25 @@ pub fn token(args: TokenArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn print_held(c: &proto::Component) {
+pub(super) fn print_held(c: &proto::Component) {
     for reason in &c.held {
         println!("  held:     {reason}");
     }
 }
 
-fn print_outbound_http(c: &proto::Component) {
+pub(super) fn print_signer(c: &proto::Component) {
+    if !c.signer.is_empty() {
+        println!("  signed:   by key {}", c.signer);
+    }
+}
+
+pub(super) fn print_outbound_http(c: &proto::Component) {
     if !c.outbound_http.is_empty() {
         println!("  outbound HTTP: {}", c.outbound_http);
     }
 }
 
-fn print_activity_types(c: &proto::Component) {
+pub(super) fn print_activity_types(c: &proto::Component) {
     for a in &c.activity_types {
         println!("  {}: {}", a.name, a.signature);
     }
@@ -545,7 +399,7 @@ fn sorted(
     m.iter().collect()
 }
 
-fn component_json(c: &proto::Component) -> Value {
+pub(super) fn component_json(c: &proto::Component) -> Value {
     json!({
         "tenant": c.tenant,
         "name": c.name,
@@ -563,6 +417,7 @@ fn component_json(c: &proto::Component) -> Value {
         "outbound_http": c.outbound_http,
         "held": c.held,
         "canary_percent": c.canary_percent,
+        "signer": (!c.signer.is_empty()).then_some(&c.signer),
     })
 }
 

@@ -363,6 +363,7 @@ async fn deploy_file(
         inactive: false,
         canary: None,
         pulled: None,
+        signer: None,
     };
     let (view, _) = catalog.upload(TENANT, version, staged).await?;
     view.component

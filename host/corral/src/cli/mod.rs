@@ -3,6 +3,7 @@
 //! errors.
 
 mod admin;
+mod deploy;
 mod dev;
 mod diff;
 mod inspect;
@@ -10,6 +11,7 @@ mod new;
 mod push;
 mod run;
 mod serve;
+mod sign;
 mod status;
 mod test;
 
@@ -53,7 +55,7 @@ enum Command {
     /// ready-to-paste `temporal activity execute` lines. Ctrl-C stops both.
     Dev(dev::Args),
     /// Upload a component to a running host and (by default) activate it.
-    Deploy(admin::DeployArgs),
+    Deploy(deploy::Args),
     /// List the stored versions of a tenant's components.
     Ls(admin::ConnOnly),
     /// Show one stored version: activity types with WIT signatures, imports.
@@ -74,6 +76,11 @@ enum Command {
     Test(test::Args),
     /// Publish a component to an OCI registry (the Wasm OCI artifact layout).
     Push(push::Args),
+    /// Sign a component in cosign's format: in a registry (the signature
+    /// pushed beside it) or a file (FILE.sig, as `cosign sign-blob`).
+    Sign(sign::Args),
+    /// Make a signing key pair (cosign's formats).
+    Key(sign::KeyArgs),
     /// Create an activity project (Rust, Python or JavaScript) that builds
     /// and passes its own tests.
     New(new::Args),
@@ -327,7 +334,7 @@ pub fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Dev(args) => dev::dev(args).await,
-            Command::Deploy(args) => admin::deploy(args).await,
+            Command::Deploy(args) => deploy::deploy(args).await,
             Command::Ls(args) => admin::list(args).await,
             Command::Describe(args) => admin::describe(args).await,
             Command::Rm(args) => admin::remove(args).await,
@@ -339,6 +346,8 @@ pub fn main() -> ExitCode {
             Command::Token(args) => admin::token(args),
             Command::New(args) => new::new(args),
             Command::Push(args) => push::push(args).await,
+            Command::Sign(args) => sign::sign(args).await,
+            Command::Key(args) => sign::key(args),
             // Run before the runtime starts, above.
             Command::CompileWorker(_) => ExitCode::SUCCESS,
         }

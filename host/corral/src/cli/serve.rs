@@ -211,6 +211,7 @@ pub async fn run(
             registries: t.registries.clone(),
             credentials: t.registry_credentials.clone(),
             rollout: t.rollout.clone(),
+            trust: t.trust.clone(),
         });
     }
     let registry = Arc::new(Registry::default());

@@ -54,6 +54,9 @@ pub struct HostConfig {
     pub max_compiles: usize,
     /// Registries reached in plain HTTP (only these).
     pub insecure_registries: Vec<String>,
+    /// The keys tenants' versions must be signed by, for tenants without a
+    /// `trust` of their own.
+    pub trust: crate::trust::TrustPolicy,
     /// How often followed tags are resolved (plus up to a fifth, at random).
     pub follow_interval: Duration,
     /// How long one pull (or a tag's resolution) may take, from first byte
@@ -91,6 +94,7 @@ impl Default for HostConfig {
             compile_memory: 2 << 30,
             max_compiles: DEFAULT_MAX_COMPILES,
             insecure_registries: Vec::new(),
+            trust: crate::trust::TrustPolicy::default(),
             follow_interval: Duration::from_secs(30),
             registry_deadline: crate::oci::DEFAULT_DEADLINE,
             idle_memory_release: Duration::from_secs(60),
@@ -123,6 +127,7 @@ pub(super) struct RawHost {
     max_compiles: Option<i64>,
     #[serde(default)]
     insecure_registries: Vec<String>,
+    trust: Option<super::values::RawTrust>,
     follow_interval: Option<String>,
     registry_deadline: Option<String>,
     idle_memory_release: Option<String>,
@@ -203,6 +208,10 @@ pub(super) fn parse(raw: RawHost, base: &Path) -> Result<HostConfig, ConfigError
             "host.max_compiles",
         )?,
         insecure_registries: raw.insecure_registries,
+        trust: match &raw.trust {
+            Some(trust) => super::values::trust(trust, base, "host.trust")?,
+            None => d.trust,
+        },
         tracing: raw.tracing.map(tracing).transpose()?,
         secret_refresh: duration(
             raw.secret_refresh.as_deref(),

@@ -62,6 +62,9 @@ pub struct TenantConfig {
     pub quota: Quota,
     /// What its new versions may activate by themselves.
     pub rollout: Rollout,
+    /// The keys its versions must be signed by (the host's `trust` unless
+    /// it has its own).
+    pub trust: crate::trust::TrustPolicy,
 }
 
 #[derive(Deserialize)]
@@ -100,6 +103,8 @@ pub(super) struct RawTenant {
     reuse: Option<RawReuse>,
     /// Roll-out gates: `{ hold = ["breaking", …] }`.
     rollout: Option<RawRollout>,
+    /// Signed versions only: `{ keys = ["release.pub"], require = true }`.
+    trust: Option<super::values::RawTrust>,
 }
 
 #[derive(Deserialize)]
@@ -347,6 +352,10 @@ pub(super) fn parse(
         )?,
         aliases: t.aliases.clone(),
         quota,
+        trust: match &t.trust {
+            Some(raw) => super::values::trust(raw, base, &key("trust"))?,
+            None => host.trust.clone(),
+        },
         rollout: match &t.rollout {
             None => Rollout::default(),
             Some(r) => {

@@ -105,3 +105,25 @@ pub(super) fn tracing(raw: RawTracing) -> Result<TracingConfig, ConfigError> {
         service_name: raw.service_name.unwrap_or_else(|| "corral".to_owned()),
     })
 }
+
+/// `trust = { keys = ["keys/release.pub"] }` (a host's default, or a
+/// tenant's own). Naming keys requires signatures by them, unless
+/// `require = false` (audit: unsigned versions serve, and are counted).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTrust {
+    #[serde(default)]
+    keys: Vec<std::path::PathBuf>,
+    require: Option<bool>,
+}
+
+/// The trust policy at `key`, its key files relative to `base`.
+pub(super) fn trust(
+    raw: &RawTrust,
+    base: &std::path::Path,
+    key: &str,
+) -> Result<crate::trust::TrustPolicy, super::ConfigError> {
+    let paths: Vec<std::path::PathBuf> = raw.keys.iter().map(|p| base.join(p)).collect();
+    let require = raw.require.unwrap_or(!paths.is_empty());
+    crate::trust::TrustPolicy::new(&paths, require).map_err(|e| super::invalid(key, e))
+}

@@ -50,6 +50,9 @@ pub struct AdminService {
 
 /// The bytes of an upload travel in chunks of at most this size.
 pub const UPLOAD_CHUNK: usize = 1 << 20;
+/// The longest signature an upload's header may carry (a cosign
+/// signature's base64 is about 100 bytes).
+pub const MAX_SIGNATURE: usize = 4 << 10;
 
 /// How many `Run` calls may execute at once, host-wide.
 pub const RUN_SLOTS: usize = 4;
@@ -86,8 +89,19 @@ impl AdminService {
             Some(Err(e)) => return Err(cut_off(0, 0, &e)),
             None => return Err(Status::invalid_argument("the upload is empty")),
         };
+        if header.signature.len() > MAX_SIGNATURE {
+            return Err(Status::invalid_argument(format!(
+                "the header's signature is {} bytes: a cosign signature is about 100, at most {MAX_SIGNATURE}",
+                header.signature.len()
+            )));
+        }
         // The host pulls the bytes itself, once it knows the tenant.
         if !header.oci_reference.is_empty() {
+            if !header.signature.is_empty() {
+                return Err(Status::invalid_argument(
+                    "an upload by oci_reference carries no signature: the registry's are read",
+                ));
+            }
             if header.size != 0 {
                 return Err(Status::invalid_argument(
                     "an upload by oci_reference carries no bytes (size 0, no chunks)",
@@ -192,14 +206,23 @@ impl Admin for AdminService {
             let header = self.header(&mut stream).await?;
             tenant = self.auth.tenant(&principal, &header.tenant)?;
             let _slots = self.uploads.admit(&tenant)?;
-            let (component, pulled) = if header.oci_reference.is_empty() {
+            let (component, pulled, signer) = if header.oci_reference.is_empty() {
                 tracing::info!(
                     tenant,
                     name = %Shown(&header.name, MAX_NAME),
                     size = header.size,
                     "receiving an upload"
                 );
-                (self.receive(header.size, &mut stream).await?, None)
+                let component = self.receive(header.size, &mut stream).await?;
+                let what = format!("the upload of `{}`", Shown(&header.name, MAX_NAME));
+                let signature =
+                    (!header.signature.is_empty()).then_some(header.signature.as_bytes());
+                let signer = self
+                    .catalog
+                    .file_signer(&tenant, &what, component.path(), signature)
+                    .await
+                    .map_err(status)?;
+                (component, None, signer)
             } else {
                 if stream.next().await.is_some() {
                     return Err(Status::invalid_argument(
@@ -211,7 +234,7 @@ impl Admin for AdminService {
                     .pull(&tenant, &header.oci_reference, &self.registries)
                     .await
                     .map_err(status)?;
-                (pulled.component, Some(pulled.pulled))
+                (pulled.component, Some(pulled.pulled), pulled.signer)
             };
             let new = NewVersion {
                 name: header.name,
@@ -241,6 +264,7 @@ impl Admin for AdminService {
                     .transpose()
                     .map_err(|e| status(e.into()))?,
                 pulled,
+                signer,
             };
             let (view, uploaded) = self
                 .catalog

@@ -72,6 +72,15 @@ pub enum ControlError {
     /// An OCI reference or pull that failed; its kind decides the status.
     #[error("{}", crate::error_chain(.0))]
     Pull(#[from] OciError),
+    /// Not verifiably signed by a key the tenant's trust policy names,
+    /// which requires it.
+    #[error("tenant `{tenant}` runs only versions signed by a key it trusts: {what}: {refused}")]
+    Unsigned {
+        tenant: String,
+        what: String,
+        #[source]
+        refused: crate::trust::Refused,
+    },
     /// The host's own storage or workers failed: not the caller's doing.
     #[error("{what}: {source}")]
     Host {
@@ -121,7 +130,9 @@ impl ControlError {
             | ControlError::Held { .. }
             | ControlError::CanarySet(_) => FailedPrecondition,
             ControlError::Quota(_) | ControlError::CompileLimit(_) => ResourceExhausted,
-            ControlError::RegistryNotAllowed { .. } => PermissionDenied,
+            ControlError::RegistryNotAllowed { .. } | ControlError::Unsigned { .. } => {
+                PermissionDenied
+            }
             ControlError::Pull(e) => match e {
                 OciError::NotFound { .. } => NotFound,
                 OciError::Unreachable { .. }
@@ -136,7 +147,8 @@ impl ControlError {
                 | OciError::NotAComponent { .. }
                 | OciError::DigestMismatch { .. }
                 | OciError::BadDigest { .. }
-                | OciError::LongerThanDeclared { .. } => InvalidArgument,
+                | OciError::LongerThanDeclared { .. }
+                | OciError::NotASignature { .. } => InvalidArgument,
                 OciError::Describe(_) => Internal,
             },
             ControlError::Host { .. } => Internal,

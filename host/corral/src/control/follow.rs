@@ -5,6 +5,9 @@
 //! would: running tasks finish on their version. A digest that fails to
 //! load is not activated; the previous version keeps serving and the
 //! failure shows in `corral status` and `/metrics` until the tag moves.
+//! A digest its tenant's trust refuses (no signature by a trusted key yet)
+//! is neither pulled nor served, and is asked about again every interval:
+//! a pipeline that signs after it pushes rolls out once it has signed.
 //!
 //! Each followed tag is checked on its own schedule, within the pull's own
 //! deadline: a slow or hostile registry delays its own roll-outs, never
@@ -40,6 +43,9 @@ pub struct FollowState {
     pub held: Option<String>,
     /// A manifest that failed to load: not tried again until the tag moves.
     failed: Option<String>,
+    /// The manifest last refused for want of a trusted signature: checked
+    /// again every interval (a pipeline signs after it pushes).
+    unsigned: Option<String>,
 }
 
 /// Why a followed tag's new manifest was not activated.
@@ -150,16 +156,19 @@ impl Follower {
                 return;
             }
         };
-        let (known, failed) = {
+        let (known, failed, unsigned, said) = {
             let states = lock(&self.states);
             let state = states.get(&key);
             (
                 state.and_then(|s| s.wanted.clone()),
                 state.and_then(|s| s.failed.clone()),
+                state.and_then(|s| s.unsigned.clone()),
+                state.and_then(|s| s.last_error.clone()),
             )
         };
+        let awaiting_signature = unsigned.as_deref() == Some(&wanted);
         if failed.as_deref() == Some(&wanted)
-            || (known.as_deref() == Some(&wanted) && failed.is_none())
+            || (known.as_deref() == Some(&wanted) && failed.is_none() && !awaiting_signature)
         {
             return;
         }
@@ -175,6 +184,7 @@ impl Follower {
                     s.held = None;
                     s.last_error = None;
                     s.failed = None;
+                    s.unsigned = None;
                 });
             }
             Ok(Landed::Canary(digest, percent)) => {
@@ -187,6 +197,7 @@ impl Follower {
                     s.held = None;
                     s.last_error = None;
                     s.failed = None;
+                    s.unsigned = None;
                 });
             }
             Ok(Landed::Held(digest)) => {
@@ -199,6 +210,21 @@ impl Follower {
                     s.held = Some(digest.clone());
                     s.last_error = None;
                     s.failed = None;
+                    s.unsigned = None;
+                });
+            }
+            Err(ActivateError::Upload(error @ ControlError::Unsigned { .. })) => {
+                // Asked again each interval, said when the reason changes.
+                let message = crate::error_chain(&error);
+                if !awaiting_signature || said.as_deref() != Some(message.as_str()) {
+                    tracing::warn!(
+                        tenant,
+                        "following {reference}: {wanted} not activated (checked again every interval): {message}"
+                    );
+                }
+                update(&|s| {
+                    s.last_error = Some(message.clone());
+                    s.unsigned = Some(wanted.clone());
                 });
             }
             Err(error) => {
@@ -210,6 +236,7 @@ impl Follower {
                 update(&|s| {
                     s.last_error = Some(message.clone());
                     s.failed = Some(wanted.clone());
+                    s.unsigned = None;
                 });
             }
         }
@@ -224,6 +251,13 @@ impl Follower {
         manifest: &str,
         registries: &Registries,
     ) -> Result<Landed, ActivateError> {
+        // A new digest no trusted key signed is not pulled, nor served:
+        // the last good version serves on, and the follow says why. (The
+        // pull is pinned to the digest verified.)
+        let signer = self
+            .catalog
+            .pulled_signer(tenant, reference, manifest, registries)
+            .await?;
         let pinned = reference.at_digest(manifest);
         let pulled = oci::pull(&pinned, registries, self.catalog.staging()).await?;
         let new = NewVersion {
@@ -238,6 +272,7 @@ impl Follower {
                 reference: reference.to_string(),
                 manifest: pulled.manifest_digest,
             }),
+            signer,
         };
         let (view, uploaded) = self.catalog.upload(tenant, new, pulled.component).await?;
         if let Some((against, report)) = &uploaded.changes {

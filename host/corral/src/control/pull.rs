@@ -9,10 +9,12 @@ use super::metadata::Pulled;
 use crate::oci::{self, OciRef, Registries};
 use crate::staging::StagedComponent;
 
-/// A pulled component, staged, and the host's record of where it came from.
+/// A pulled component, staged, the host's record of where it came from,
+/// and who signed it (as verified against the tenant's trust).
 pub struct PulledVersion {
     pub component: StagedComponent,
     pub pulled: Pulled,
+    pub signer: Option<String>,
 }
 
 impl Catalog {
@@ -50,12 +52,16 @@ impl Catalog {
             .within(allowed);
         let pulled = oci::pull(&reference, &registries, self.staging()).await?;
         tracing::info!(tenant, "pulled {reference} ({})", pulled.manifest_digest);
+        let signer = self
+            .pulled_signer(tenant, &reference, &pulled.manifest_digest, &registries)
+            .await?;
         Ok(PulledVersion {
             component: pulled.component,
             pulled: Pulled {
                 reference: reference.to_string(),
                 manifest: pulled.manifest_digest,
             },
+            signer,
         })
     }
 }

@@ -89,6 +89,7 @@ mod tests {
             reuse: None,
             held: Vec::new(),
             served: false,
+            signer: None,
         }
     }
 

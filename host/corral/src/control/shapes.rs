@@ -54,6 +54,7 @@ pub fn to_proto(view: &VersionView) -> proto::Component {
         }),
         held: v.held.clone(),
         canary_percent: view.canary.unwrap_or(0),
+        signer: view.version.signer.clone().unwrap_or_default(),
     }
 }
 

@@ -110,6 +110,8 @@ pub enum OciError {
     Credentials { registry: String, why: String },
     #[error("cannot describe the component to push")]
     Describe(#[source] anyhow::Error),
+    #[error("{reference} is not a cosign signature manifest: {why}")]
+    NotASignature { reference: String, why: String },
 }
 
 pub(super) fn classify(

@@ -13,6 +13,7 @@ mod egress;
 mod error;
 mod reference;
 mod registries;
+pub mod signatures;
 
 pub use credentials::{Credential, PasswordSource};
 pub use egress::Destinations;
@@ -227,6 +228,26 @@ pub async fn resolve(reference: &OciRef, registries: &Registries) -> Result<Stri
         })
         .await?;
     checked(reference, digest)
+}
+
+/// The component manifest at `reference` as this host reads it: its
+/// digest, computed from the bytes the registry sent (never the digest
+/// the registry names), and its component layer. What a signer signs:
+/// `corral sign` vouches for a digest it checked is a component.
+pub async fn component_manifest(
+    reference: &OciRef,
+    registries: &Registries,
+) -> Result<(String, OciDescriptor), OciError> {
+    let auth = registries.auth_for(reference)?;
+    registries
+        .through(reference, MAX_MANIFEST + OVERHEAD, |client, _| async move {
+            let (raw, _) = client
+                .pull_manifest_raw(&reference.reference, &auth, &[OCI_IMAGE_MEDIA_TYPE])
+                .await
+                .map_err(|e| classify(reference, registries, e))?;
+            component_layer(&raw, reference, registries.max_bytes)
+        })
+        .await
 }
 
 /// A manifest digest a registry named for `reference`, if it is a

@@ -27,6 +27,26 @@ impl OciRef {
         repository.rsplit('/').next().unwrap_or(repository)
     }
 
+    /// `registry/repository`: the identity a signature payload names.
+    pub fn repository(&self) -> String {
+        format!(
+            "{}/{}",
+            self.reference.registry(),
+            self.reference.repository()
+        )
+    }
+
+    /// The same repository, at `tag`.
+    pub fn with_tag(&self, tag: &str) -> OciRef {
+        OciRef {
+            reference: Reference::with_tag(
+                self.reference.registry().to_owned(),
+                self.reference.repository().to_owned(),
+                tag.to_owned(),
+            ),
+        }
+    }
+
     /// The same repository, pinned to `digest`.
     pub fn at_digest(&self, digest: &str) -> OciRef {
         OciRef {

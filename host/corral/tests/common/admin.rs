@@ -155,6 +155,16 @@ components = [{greeter}]
     pub fn scrape(&self) -> String {
         super::processes::scrape(self.metrics())
     }
+
+    /// `config` with alpha's configured greeter at `greeter` instead (a
+    /// copy, signed beside it).
+    pub fn alpha_greeter(config: &str, greeter: &Path) -> String {
+        config.replacen(
+            &format!("{:?}", example("greeter").display().to_string()),
+            &format!("{:?}", greeter.display().to_string()),
+            1,
+        )
+    }
 }
 
 pub fn path(p: &Path) -> String {

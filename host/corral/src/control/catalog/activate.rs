@@ -106,6 +106,8 @@ impl Catalog {
         };
         let mut state = self.state.lock().await;
         let (mut tenant_index, mut version) = state.version(tenant, digest)?;
+        // Not even the operator's approval serves what is not signed.
+        Catalog::signed(spec, &version)?;
         if !approved {
             let candidate = self.loaded(&mut state, &version.digest).await?;
             let report = self

@@ -13,6 +13,7 @@ mod activate;
 pub mod canary;
 mod replay;
 mod seed;
+mod signed;
 mod upload;
 
 use sha2::{Digest, Sha256};
@@ -46,6 +47,8 @@ pub struct TenantSpec {
     pub credentials: BTreeMap<String, Credential>,
     /// What its new versions may activate by themselves.
     pub rollout: Rollout,
+    /// The keys its versions must be signed by.
+    pub trust: crate::trust::TrustPolicy,
 }
 
 impl TenantSpec {
@@ -77,6 +80,8 @@ pub struct NewVersion {
     pub canary: Option<Ramp>,
     /// Where the host pulled it from: set by the host only.
     pub pulled: Option<Pulled>,
+    /// Who signed it, as the host verified: set by the host only.
+    pub signer: Option<String>,
 }
 
 /// What an upload did besides storing its version.
@@ -213,6 +218,13 @@ impl Catalog {
         for tenant_index in index.tenants.values_mut() {
             for canary in tenant_index.canaries.values_mut() {
                 canary.step_started_ms = now;
+            }
+        }
+        // What a tenant's trust policy refuses now is not served, however
+        // it was stored (the policy may have changed since, a key gone).
+        for (name, tenant_index) in &mut index.tenants {
+            if let Some(spec) = tenants.get(name) {
+                signed::distrust(name, spec, tenant_index);
             }
         }
         let staging = store

@@ -39,8 +39,8 @@ impl Catalog {
                 component: source.to_string(),
                 source: error,
             };
-            let (configured, pulled) = self
-                .configured(source, &registries, &tenant_index)
+            let (configured, pulled, signer) = self
+                .configured(tenant, source, &registries, &tenant_index)
                 .await
                 .map_err(fail)?;
             let (path, digest, size) = match &configured {
@@ -77,7 +77,19 @@ impl Catalog {
                 }
                 _ => {}
             }
-            if !tenant_index.versions.iter().any(|v| v.digest == digest) {
+            if let Some(stored) = tenant_index
+                .versions
+                .iter_mut()
+                .find(|v| v.digest == digest)
+            {
+                // Signed now (a signature file added beside it): recorded;
+                // held only for want of one before: served again.
+                if signer.is_some() {
+                    stored.signer.clone_from(&signer);
+                    stored.held.retain(|h| h != super::signed::DISTRUSTED);
+                }
+                Catalog::signed(spec, stored).map_err(|e| fail(e.into()))?;
+            } else {
                 if let Configured::Staged(staged) = configured {
                     self.store.put_staged(staged).map_err(|e| fail(e.into()))?;
                 }
@@ -95,6 +107,7 @@ impl Catalog {
                     reuse: None,
                     held: Vec::new(),
                     served: true,
+                    signer,
                 });
             }
             tenant_index.active.insert(name, digest.clone());
@@ -108,15 +121,40 @@ impl Catalog {
     /// that manifest before (by digest without asking the registry, by tag
     /// after asking only what the tag names), or pulled now. Only the host's
     /// own record of a pull is trusted, never a label.
+    /// Its signer, by the tenant's trust: a file's is its `.sig` file
+    /// beside it (`cosign sign-blob`'s output); a pulled artifact's, the
+    /// registry's; one stored before keeps what was verified then.
     async fn configured(
         &self,
+        tenant: &str,
         source: &ComponentSource,
         registries: &Registries,
         index: &TenantIndex,
-    ) -> Result<(Configured, Option<Pulled>), Box<dyn std::error::Error + Send + Sync>> {
+    ) -> Result<
+        (Configured, Option<Pulled>, Option<String>),
+        Box<dyn std::error::Error + Send + Sync>,
+    > {
         let reference = match source {
             ComponentSource::File(path) => {
-                return Ok((Configured::Staged(self.staging.copy_of(path)?), None));
+                let signature_file = signature_beside(path);
+                let signature = match std::fs::read(&signature_file) {
+                    Ok(signature) => Some(signature),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => return Err(e.into()),
+                };
+                let what = format!(
+                    "{} (its signature file: {})",
+                    path.display(),
+                    signature_file.display()
+                );
+                let signer = self
+                    .file_signer(tenant, &what, path, signature.as_deref())
+                    .await?;
+                return Ok((
+                    Configured::Staged(self.staging.copy_of(path)?),
+                    None,
+                    signer,
+                ));
             }
             ComponentSource::Oci(reference) => reference,
         };
@@ -138,14 +176,26 @@ impl Catalog {
             return Ok((
                 Configured::Stored(version.digest.clone()),
                 version.pulled.clone(),
+                version.signer.clone(),
             ));
         }
         let pulled = oci::pull(&reference.at_digest(&manifest), registries, &self.staging).await?;
         tracing::info!("pulled {reference} ({})", pulled.manifest_digest);
+        let signer = self
+            .pulled_signer(tenant, reference, &pulled.manifest_digest, registries)
+            .await?;
         let record = Pulled {
             reference: reference.to_string(),
             manifest: pulled.manifest_digest,
         };
-        Ok((Configured::Staged(pulled.component), Some(record)))
+        Ok((Configured::Staged(pulled.component), Some(record), signer))
     }
+}
+
+/// Where a configured file's signature is looked for: `FILE.sig` beside
+/// it (`cosign sign-blob --output-signature FILE.sig FILE`).
+fn signature_beside(path: &std::path::Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".sig");
+    name.into()
 }

@@ -44,7 +44,11 @@ impl Catalog {
             reuse: StoredReuse::of(new.reuse),
             held: Vec::new(),
             served: false,
+            signer: new.signer.clone(),
         };
+        // Nothing unsigned is compiled for a tenant that requires
+        // signatures (the callers verified and refused with the reason).
+        Catalog::signed(spec, &candidate)?;
         // Refused before compiling, and again (with the compiled size, and
         // the index may have changed meanwhile) before anything is written.
         self.admit(&*self.state.lock().await, spec, &candidate)?;
@@ -91,6 +95,11 @@ impl Catalog {
                 // settings are the version's, so they change with it.
                 v.config = new.config.clone();
                 v.reuse = StoredReuse::of(new.reuse);
+                if new.signer.is_some() {
+                    // Signed by a key trusted now: held for want of one no more.
+                    v.signer.clone_from(&new.signer);
+                    v.held.retain(|h| h != super::signed::DISTRUSTED);
+                }
                 v
             }
             None => candidate,

@@ -46,6 +46,11 @@ pub struct Version {
     /// passes the gate.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub served: bool,
+    /// The fingerprint of the trusted key whose signature was verified
+    /// when it was stored (by the host: never a caller's word); checked
+    /// against the tenant's trust policy again at every start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
 }
 
 /// A deployment's own reuse as stored; validated again when it is read

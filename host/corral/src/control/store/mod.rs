@@ -301,6 +301,7 @@ mod tests {
             reuse: None,
             held: Vec::new(),
             served: false,
+            signer: None,
         }
     }
 
