@@ -179,6 +179,21 @@ fn a_tenant_that_requires_signatures_serves_only_what_its_keys_signed() {
             "{stored:?}"
         );
     }
+    // Who signed what serves, wherever versions are listed.
+    let status = host.alpha(&["status", "--json"]);
+    assert_eq!(
+        status["tenants"][0]["active_signers"]["versioned"],
+        release.fingerprint.as_str(),
+        "{status}"
+    );
+    let token = &host.tokens[0].token;
+    let short = &release.fingerprint[..15];
+    for args in [&["ls"][..], &["status"]] {
+        let out = host.cli(token, args);
+        assert!(text(&out).contains(short), "{args:?}: {}", text(&out));
+    }
+    let beta = host.cli(&host.tokens[1].token, &["status"]);
+    assert!(text(&beta).contains("(unsigned)"), "{}", text(&beta));
 
     // An unsigned push to the tag: not pulled, not served; v1 serves on.
     registry.push(&example("v2/versioned"), &stable);
@@ -249,7 +264,6 @@ fn a_tenant_that_requires_signatures_serves_only_what_its_keys_signed() {
     let file = keys.path().join("echo.wasm");
     std::fs::copy(example("echo"), &file).unwrap();
     let file = file.display().to_string();
-    let token = &host.tokens[0].token;
     refused(&host.cli(token, &["deploy", &file]), "no signature file");
     let strangers = format!("{file}.stranger.sig");
     sign(&file, &stranger, &["--output-signature", &strangers]);
@@ -476,4 +490,156 @@ fn openssl_and_corral_verify_each_others_signatures() {
         refused.to_string().contains("not an ECDSA P-256 key"),
         "{refused}"
     );
+}
+
+/// Cosign's registry format, made independently of corral: a payload
+/// written as cosign writes it (with a signer's annotations), signed by
+/// OpenSSL, attached by another OCI client at cosign's tag with cosign's
+/// media type and annotation, is found and verified; and what `corral
+/// sign` attaches reads, with that client and OpenSSL, as cosign's.
+#[test]
+fn cosign_format_signatures_interoperate_both_ways() {
+    use base64::Engine as _;
+    use oci_client::client::{Config, ImageLayer};
+    use oci_client::secrets::RegistryAuth;
+    use std::collections::BTreeMap;
+    const PAYLOAD_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+    const SIGNATURE: &str = "dev.cosignproject.cosign/signature";
+
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name).display().to_string();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", text(&out));
+    };
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        &at("ossl.key"),
+    ]);
+    openssl(&[
+        "pkey",
+        "-in",
+        &at("ossl.key"),
+        "-pubout",
+        "-out",
+        &at("ossl.pub"),
+    ]);
+
+    let registry = Registry::start();
+    let repository = format!("{}/acme/greeter", registry.host());
+    let reference = format!("oci://{repository}:1");
+    let digest = registry.push(&example("greeter"), &reference);
+    let tag: oci_client::Reference = format!("{repository}:{}.sig", digest.replace(':', "-"))
+        .parse()
+        .expect("a reference");
+
+    // cosign's payload and attachment, by hand and OpenSSL.
+    let payload = format!(
+        r#"{{"critical":{{"identity":{{"docker-reference":"{repository}"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":{{"pipeline":"release"}}}}"#
+    );
+    std::fs::write(at("payload.json"), &payload).unwrap();
+    openssl(&[
+        "dgst",
+        "-sha256",
+        "-sign",
+        &at("ossl.key"),
+        "-out",
+        &at("payload.der"),
+        &at("payload.json"),
+    ]);
+    let signature =
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(at("payload.der")).unwrap());
+    let layer = ImageLayer::new(
+        payload.into_bytes(),
+        PAYLOAD_TYPE.to_owned(),
+        Some(BTreeMap::from([(SIGNATURE.to_owned(), signature)])),
+    );
+    block_on(registry.client().push(
+        &tag,
+        &[layer],
+        Config::oci_v1(b"{}".to_vec(), None),
+        &RegistryAuth::Anonymous,
+        None,
+    ))
+    .expect("the registry takes the signature");
+
+    // Found by corral's lookup, verified by its trust.
+    let policy = corral::trust::TrustPolicy::new(&[PathBuf::from(at("ossl.pub"))], true)
+        .expect("OpenSSL's P-256 key");
+    let registries = corral::oci::Registries::from_env(vec![registry.host()], 1 << 20);
+    let parsed: corral::oci::OciRef = reference.parse().expect("a reference");
+    let found = block_on(corral::oci::signatures::signatures(
+        &parsed,
+        &digest,
+        &registries,
+    ))
+    .expect("the signatures are read");
+    let signer = policy
+        .verify_payloads(&digest, &found)
+        .expect("cosign's format, signed by OpenSSL, verifies");
+
+    // corral signs (OpenSSL's unencrypted key): its layer is added beside
+    // the first, and reads as cosign's with another client and OpenSSL.
+    let said = ok(
+        &[
+            "sign",
+            &reference,
+            "--key",
+            &at("ossl.key"),
+            "--insecure-registry",
+            &registry.host(),
+        ],
+        "",
+    );
+    assert!(said.contains(&signer), "{said}");
+    let client = registry.client();
+    let (manifest, _) = block_on(client.pull_image_manifest(&tag, &RegistryAuth::Anonymous))
+        .expect("the signature manifest");
+    assert_eq!(manifest.layers.len(), 2, "{manifest:?}");
+    let corrals = &manifest.layers[1];
+    assert_eq!(corrals.media_type, PAYLOAD_TYPE);
+    let mut bytes = Vec::new();
+    block_on(client.pull_blob(&tag, corrals, &mut bytes)).expect("the payload");
+    let json: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(
+        json["critical"]["type"], "cosign container image signature",
+        "{json}"
+    );
+    assert_eq!(
+        json["critical"]["image"]["docker-manifest-digest"],
+        digest.as_str(),
+        "{json}"
+    );
+    assert_eq!(
+        json["critical"]["identity"]["docker-reference"],
+        repository.as_str(),
+        "{json}"
+    );
+    let signature = corrals
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SIGNATURE))
+        .expect("the signature annotation");
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(signature)
+        .expect("base64");
+    std::fs::write(at("corral.json"), &bytes).unwrap();
+    std::fs::write(at("corral.der"), der).unwrap();
+    openssl(&[
+        "dgst",
+        "-sha256",
+        "-verify",
+        &at("ossl.pub"),
+        "-signature",
+        &at("corral.der"),
+        &at("corral.json"),
+    ]);
 }

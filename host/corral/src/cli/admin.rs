@@ -188,12 +188,12 @@ pub async fn list(args: ConnOnly) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!(
-        "{:<12} {:<20} {:<8} {:>10}  {:<20} DIGEST",
-        "TENANT", "DEPLOYMENT", "ACTIVE", "SIZE", "UPLOADED"
+        "{:<12} {:<20} {:<8} {:>10}  {:<20} {:<16} DIGEST",
+        "TENANT", "DEPLOYMENT", "ACTIVE", "SIZE", "UPLOADED", "SIGNER"
     );
     for c in &response.components {
         println!(
-            "{:<12} {:<20} {:<8} {:>10}  {:<20} {}",
+            "{:<12} {:<20} {:<8} {:>10}  {:<20} {:<16} {}",
             c.tenant,
             c.name,
             if c.active {
@@ -207,6 +207,7 @@ pub async fn list(args: ConnOnly) -> ExitCode {
             },
             corral_core::sandbox::format_bytes(c.size),
             time_text(c.uploaded_at_ms),
+            short_signer(&c.signer),
             c.digest
         );
     }
@@ -375,8 +376,19 @@ pub(super) fn print_held(c: &proto::Component) {
     }
 }
 
+/// A signer's fingerprint as `ls` shows it: `sha256:` and 8 hex digits
+/// (`describe` shows it whole), or `unsigned`.
+fn short_signer(signer: &str) -> &str {
+    if signer.is_empty() {
+        return "unsigned";
+    }
+    signer.get(..15).unwrap_or(signer)
+}
+
 pub(super) fn print_signer(c: &proto::Component) {
-    if !c.signer.is_empty() {
+    if c.signer.is_empty() {
+        println!("  signed:   no");
+    } else {
         println!("  signed:   by key {}", c.signer);
     }
 }

@@ -35,6 +35,7 @@ pub async fn status(args: ConnOnly) -> ExitCode {
                     "outcomes": t.outcomes.iter().collect::<std::collections::BTreeMap<_, _>>(),
                     "activity_types": t.activity_types,
                     "active": t.active.iter().collect::<std::collections::BTreeMap<_, _>>(),
+                    "active_signers": t.active_signers.iter().map(|(d, s)| (d, (!s.is_empty()).then_some(s))).collect::<std::collections::BTreeMap<_, _>>(),
                     "following": t.following.iter().map(|f| json!({
                         "reference": f.reference,
                         "deployment": f.deployment,
@@ -107,7 +108,11 @@ pub async fn status(args: ConnOnly) -> ExitCode {
         }
         let active: std::collections::BTreeMap<_, _> = t.active.iter().collect();
         for (deployment, digest) in active {
-            println!("  {deployment}: active {digest}");
+            let signer = match t.active_signers.get(deployment) {
+                Some(signer) if !signer.is_empty() => format!("signed by key {signer}"),
+                _ => "unsigned".to_owned(),
+            };
+            println!("  {deployment}: active {digest} ({signer})");
         }
         for c in &t.canaries {
             println!(

@@ -387,17 +387,21 @@ impl Admin for AdminService {
                     reasons: v.version.held.clone(),
                 })
                 .collect();
-            let active: std::collections::HashMap<String, String> = views
+            let (active, active_signers) = views
                 .into_iter()
                 .filter(|v| v.active)
-                .map(|v| (v.version.name, v.version.digest))
-                .collect();
-            stored.push((active, held));
+                .map(|v| {
+                    let signer = v.version.signer.unwrap_or_default();
+                    let name = v.version.name;
+                    ((name.clone(), v.version.digest), (name, signer))
+                })
+                .unzip();
+            stored.push((active, active_signers, held));
         }
         let tenants = tenants
             .into_iter()
             .zip(stored)
-            .map(|(name, (active, held))| {
+            .map(|(name, (active, active_signers, held))| {
                 let usage = self.session.permits.tenant_usage(&name);
                 let spec = self.catalog.spec(&name);
                 let share = spec
@@ -448,6 +452,7 @@ impl Admin for AdminService {
                     .collect();
                 proto::TenantStatus {
                     active,
+                    active_signers,
                     held,
                     canaries,
                     recorded,
