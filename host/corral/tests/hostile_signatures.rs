@@ -11,6 +11,7 @@ mod common;
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -62,8 +63,17 @@ fn image_manifest(layers: &[String]) -> String {
 /// The registry: `acme/<case>:1` is the greeter, served whole; what it
 /// says of the greeter's signatures depends on `<case>`. Every request's
 /// target is recorded.
-fn hostile_registry(seen: Arc<Mutex<Vec<String>>>) -> (u16, String) {
+fn hostile_registry(
+    seen: Arc<Mutex<Vec<String>>>,
+    sign: impl Fn(&[u8]) -> String,
+) -> (u16, String) {
     let component = std::fs::read(example("greeter")).expect("the greeter");
+    // The same length, one byte apart: what a registry serves in place of
+    // the layer its signed manifest names.
+    let mut swapped = component.clone();
+    if let Some(last) = swapped.last_mut() {
+        *last ^= 1;
+    }
     let manifest = image_manifest(&[descriptor(
         "application/wasm",
         &sha256(&component),
@@ -80,7 +90,18 @@ fn hostile_registry(seen: Arc<Mutex<Vec<String>>>) -> (u16, String) {
         payload.len() as u64,
         r#","annotations":{"dev.cosignproject.cosign/signature":"MEUCIQDforged"}"#,
     );
+    // The same payload, signed by the tenant's own key.
+    let truly_signed = descriptor(
+        PAYLOAD_TYPE,
+        &sha256(payload.as_bytes()),
+        payload.len() as u64,
+        &format!(
+            r#","annotations":{{"dev.cosignproject.cosign/signature":"{}"}}"#,
+            sign(payload.as_bytes())
+        ),
+    );
     let tag = format!("/manifests/{}.sig", digest.replace(':', "-"));
+    let by_digest = format!("/manifests/{digest}");
     let component_layer = format!("/blobs/{}", sha256(&component));
     let payload_blob = format!("/blobs/{}", sha256(payload.as_bytes()));
     // Ten thousand signature manifests, each its own (an annotation apart),
@@ -106,10 +127,30 @@ fn hostile_registry(seen: Arc<Mutex<Vec<String>>>) -> (u16, String) {
             )
         })
         .collect();
-    let index = format!(
-        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{}]}}"#,
-        entries.join(",")
-    );
+    let index_of = |entries: &[String]| {
+        format!(
+            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{}]}}"#,
+            entries.join(",")
+        )
+    };
+    let index = index_of(&entries);
+    // A thousand referrers named by no digest (terminal escapes, a
+    // kilobyte each, or another artifact's type), then four real ones.
+    let junk_digest = format!("sha256:\\u001b[2J\\u001b[31mFAKE{}", "x".repeat(1 << 10));
+    let first = referred.keys().next().cloned().unwrap_or_default();
+    let junk: Vec<String> = (0..1_000)
+        .map(|i| match i % 2 {
+            0 => descriptor(
+                MANIFEST_TYPE,
+                &junk_digest,
+                500,
+                r#","artifactType":"application/vnd.dev.cosign.artifact.sig.v1+json""#,
+            ),
+            _ => descriptor(MANIFEST_TYPE, &first, 500, r#","artifactType":"other""#),
+        })
+        .chain(entries.iter().take(4).cloned())
+        .collect();
+    let junk_index = index_of(&junk);
     let port = loopback_server(move |head: &Head, _: &mut BufReader<&TcpStream>, stream| {
         let target = head.target().to_owned();
         seen.lock().unwrap().push(target.clone());
@@ -120,10 +161,15 @@ fn hostile_registry(seen: Arc<Mutex<Vec<String>>>) -> (u16, String) {
             .to_owned();
         if target == "/v2/" {
             respond(stream, "200 OK", "application/json", b"{}");
-        } else if target.ends_with("/manifests/1") {
+        } else if target.ends_with("/manifests/1") || target.ends_with(&by_digest) {
             respond(stream, "200 OK", MANIFEST_TYPE, manifest.as_bytes());
+        } else if target.ends_with(&component_layer) && case == "swapped" {
+            respond(stream, "200 OK", "application/octet-stream", &swapped);
         } else if target.ends_with(&component_layer) {
             respond(stream, "200 OK", "application/octet-stream", &component);
+        } else if target.ends_with(&tag) && case == "swapped" {
+            let manifest = image_manifest(std::slice::from_ref(&truly_signed));
+            respond(stream, "200 OK", MANIFEST_TYPE, manifest.as_bytes());
         } else if target.ends_with(&payload_blob) {
             respond(stream, "200 OK", PAYLOAD_TYPE, payload.as_bytes());
         } else if target.ends_with(&tag) {
@@ -134,6 +180,13 @@ fn hostile_registry(seen: Arc<Mutex<Vec<String>>>) -> (u16, String) {
                 "200 OK",
                 "application/vnd.oci.image.index.v1+json",
                 index.as_bytes(),
+            );
+        } else if target.starts_with("/v2/acme/junk-referrers/referrers/") {
+            respond(
+                stream,
+                "200 OK",
+                "application/vnd.oci.image.index.v1+json",
+                junk_index.as_bytes(),
             );
         } else if let Some(body) = target
             .split("/manifests/")
@@ -205,9 +258,6 @@ fn signature_manifest(case: &str, stream: &TcpStream, signed: &str) {
 
 #[test]
 fn a_registry_cannot_flood_or_stall_a_host_through_signatures() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (port, digest) = hostile_registry(seen.clone());
-    let registry = format!("127.0.0.1:{port}");
     let keys = tempfile::tempdir().unwrap();
     let base = keys.path().join("release").display().to_string();
     let greeter = keys.path().join("greeter.wasm");
@@ -228,11 +278,21 @@ fn a_registry_cannot_flood_or_stall_a_host_through_signatures() {
             .expect("corral runs");
         assert!(out.status.success(), "{}", text(&out));
     }
+    let key = corral::trust::sign::SigningKey::read(Path::new(&format!("{base}.key")), b"pw")
+        .expect("the key reads");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (port, digest) =
+        hostile_registry(seen.clone(), |payload| key.sign(payload).expect("it signs"));
+    let registry = format!("127.0.0.1:{port}");
     let host = Host::new(&format!(
-        "insecure_registries = [{registry:?}]\nregistry_deadline = \"4s\""
+        "insecure_registries = [{registry:?}]\nregistry_deadline = \"4s\"\nfollow_interval = \"1s\""
     ));
+    // Alpha follows the artifact whose layer is swapped after signing.
+    let swapped = format!("oci://{registry}/acme/swapped:1");
     let config = host.config([
-        &format!("registries = [{registry:?}]\ntrust = {{ keys = [\"{base}.pub\"] }}"),
+        &format!(
+            "registries = [{registry:?}]\ntrust = {{ keys = [\"{base}.pub\"] }}\nfollow = [{swapped:?}]"
+        ),
         "",
     ]);
     let corral = Corral::serve(&Host::alpha_greeter(&config, &greeter));
@@ -262,6 +322,21 @@ fn a_registry_cannot_flood_or_stall_a_host_through_signatures() {
     // The control: no signature at all.
     deploy("none", &format!("no signature for {digest}"));
 
+    // Signed by the tenant's key, its layer swapped after signing: the
+    // layer is checked against the signed manifest as it comes, at a
+    // deploy and at each follow, and nothing is stored.
+    let layer = sha256(&std::fs::read(example("greeter")).expect("the greeter"));
+    deploy("swapped", &format!("Invalid digest. Expected {layer}"));
+    corral.await_logged(&format!("following {swapped}"), 1);
+    let status = host.alpha(&["status", "--json"]);
+    let following = &status["tenants"][0]["following"][0];
+    assert!(
+        following["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&format!("Invalid digest. Expected {layer}"))),
+        "{status}"
+    );
+
     // 64 MiB of signature manifest: cut off near its bound, the host's
     // memory untouched.
     let before = corral.status_kib("VmRSS");
@@ -286,6 +361,17 @@ fn a_registry_cannot_flood_or_stall_a_host_through_signatures() {
     deploy("referrers", "signed, but by no key the tenant trusts");
     let followed = requests("referrers", "/manifests/sha256:");
     assert!(followed <= 4, "{followed} referrers followed");
+
+    // Referrers named by no digest, or not signatures: skipped, never
+    // asked for nor quoted; the four real ones behind them are read.
+    let said = deploy("junk-referrers", "signed, but by no key the tenant trusts");
+    assert!(!said.contains("FAKE"), "{said}");
+    assert_eq!(requests("junk-referrers", "FAKE"), 0);
+    let followed = requests("junk-referrers", "/manifests/sha256:");
+    assert!(
+        (1..=4 + 1).contains(&followed),
+        "{followed} manifests asked for by digest (4 referrers, the artifact)"
+    );
 
     // Escapes where a manifest should be: escaped and cut in the answer.
     let said = deploy("escapes", "is not a cosign signature manifest");

@@ -8,74 +8,16 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
 use common::activities::text;
 use common::admin::Host;
 use common::example;
 use common::processes::{Corral, sample};
 use common::registry::{Registry, block_on};
+use common::signing::{Key, corral, new_key, ok, refused, sign};
 
 const HOLD: &str = "demo:versioned/api.hold";
-
-/// `corral <args>` with the private keys' password in the environment.
-fn corral(args: &[&str], password: Option<&str>) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_corral"));
-    command
-        .args(args)
-        .env_remove("CORRAL_KEY_PASSWORD")
-        .env_remove("COSIGN_PASSWORD");
-    if let Some(password) = password {
-        command.env("CORRAL_KEY_PASSWORD", password);
-    }
-    command.output().expect("corral runs")
-}
-
-/// `corral <args>`, expecting success: its stdout.
-fn ok(args: &[&str], password: &str) -> String {
-    let out = corral(args, Some(password));
-    assert!(out.status.success(), "corral {args:?}: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `corral <args>`, expecting a refusal (exit 2) that says `says`.
-fn refused(out: &Output, says: &str) {
-    let said = text(out);
-    assert_eq!(out.status.code(), Some(2), "{said}");
-    assert!(said.contains(says), "no `{says}` in: {said}");
-}
-
-/// A key pair made by `corral key new`: the private key's path, the
-/// public key's, and its fingerprint as printed.
-struct Key {
-    private: String,
-    public: PathBuf,
-    fingerprint: String,
-    password: &'static str,
-}
-
-fn new_key(dir: &Path, name: &str, password: &'static str) -> Key {
-    let base = dir.join(name);
-    let said = ok(&["key", "new", &base.display().to_string()], password);
-    let fingerprint = said
-        .split_once("(sha256:")
-        .and_then(|(_, rest)| rest.split(')').next())
-        .map(|hex| format!("sha256:{hex}"))
-        .unwrap_or_else(|| panic!("no fingerprint in: {said}"));
-    Key {
-        private: format!("{}.key", base.display()),
-        public: base.with_extension("pub"),
-        fingerprint,
-        password,
-    }
-}
-
-fn sign(target: &str, key: &Key, extra: &[&str]) -> String {
-    let mut args = vec!["sign", target, "--key", &key.private];
-    args.extend_from_slice(extra);
-    ok(&args, key.password)
-}
 
 /// The JSON of tenant alpha's stored version of deployment `name` at
 /// `digest` (the active one without).
@@ -319,6 +261,85 @@ fn a_tenant_that_requires_signatures_serves_only_what_its_keys_signed() {
     drop(serving);
 }
 
+/// A canary is a version that serves: a restart whose trust no longer
+/// admits its candidate's signer ends it (held, with why), and every task
+/// goes to the active version; it is never promoted.
+#[test]
+fn a_canary_whose_key_is_removed_never_serves_again() {
+    let keys = tempfile::tempdir().unwrap();
+    let release = new_key(keys.path(), "release", "release-pw");
+    let ci = new_key(keys.path(), "ci", "ci-pw");
+    let copy = |from: &Path, name: &str, key: &Key| {
+        let file = keys.path().join(name);
+        std::fs::copy(from, &file).unwrap();
+        let file = file.display().to_string();
+        sign(&file, key, &[]);
+        file
+    };
+    let greeter = copy(&example("greeter"), "greeter.wasm", &release);
+    let v1 = copy(&example("versioned"), "v1.wasm", &release);
+    let v2 = copy(&example("v2/versioned"), "v2.wasm", &ci);
+    let host = Host::new("");
+    let trusting = |keys: &[&Key]| {
+        let paths: Vec<String> = keys
+            .iter()
+            .map(|k| k.public.display().to_string())
+            .collect();
+        let alpha = format!("trust = {{ keys = {paths:?} }}");
+        Host::alpha_greeter(&host.config([&alpha, ""]), Path::new(&greeter))
+    };
+    let mut serving = Corral::serve(&trusting(&[&release, &ci]));
+    let token = &host.tokens[0].token;
+    let deployed = host.cli(token, &["deploy", &v1, "--name", "versioned"]);
+    assert!(deployed.status.success(), "{}", text(&deployed));
+    // v2, signed by the CI key, takes half of the tasks for an hour.
+    let canary = host.cli(
+        token,
+        &["deploy", &v2, "--name", "versioned", "--canary", "50/1h"],
+    );
+    assert!(canary.status.success(), "{}", text(&canary));
+    let answers = |n: usize| -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                host.run(0, HOLD, &["0"])["result"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_owned()
+            })
+            .collect()
+    };
+    let served = answers(4);
+    assert!(served.iter().any(|a| a == "v2"), "{served:?}");
+
+    // Restarted trusting the release key only: the canary is over.
+    serving.terminate(std::time::Duration::from_secs(10));
+    drop(serving);
+    let serving = Corral::serve(&trusting(&[&release]));
+    let status = host.alpha(&["status", "--json"]);
+    assert_eq!(
+        status["tenants"][0]["canaries"],
+        serde_json::json!([]),
+        "{status}"
+    );
+    let candidate = version(&host, "versioned")
+        .into_iter()
+        .find(|v| v["signer"] == ci.fingerprint.as_str())
+        .unwrap_or_else(|| panic!("no v2: {:?}", version(&host, "versioned")));
+    assert!(
+        candidate["held"][0]
+            .as_str()
+            .is_some_and(|h| h.contains("not signed by a key the tenant trusts now")),
+        "{candidate}"
+    );
+    assert_eq!(candidate["canary_percent"], 0, "{candidate}");
+    assert_eq!(answers(4), ["v1"; 4]);
+    assert!(
+        !host.scrape().contains("corral_canary_percent{"),
+        "a canary in /metrics"
+    );
+    drop(serving);
+}
+
 /// Alpha's `invoke` of [`HOLD`] fails as an unknown type, saying `says`.
 fn refused_to_run(host: &Host, says: &str) {
     let out = host.cli(&host.tokens[0].token, &["invoke", HOLD, "0"]);
@@ -374,272 +395,4 @@ fn replay_signature(registry: &Registry, stable: &str, key: &Key, v1: &str, v2: 
         &registries,
     ))
     .expect("the registry takes it");
-}
-
-/// The signatures are the standard ones cosign makes: ECDSA P-256 over
-/// SHA-256, ASN.1 DER, base64. OpenSSL verifies what `corral sign` made,
-/// and a host trusts what OpenSSL signed with a key OpenSSL made (an
-/// unencrypted PKCS#8 key `corral sign` takes too).
-#[test]
-fn openssl_and_corral_verify_each_others_signatures() {
-    use base64::Engine as _;
-    let dir = tempfile::tempdir().unwrap();
-    let at = |name: &str| dir.path().join(name).display().to_string();
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .output()
-            .expect("openssl runs");
-        assert!(out.status.success(), "openssl {args:?}: {}", text(&out));
-        out
-    };
-    let file = at("greeter.wasm");
-    std::fs::copy(example("greeter"), &file).unwrap();
-
-    // corral signs; OpenSSL verifies with the public key corral made.
-    let release = new_key(dir.path(), "release", "pw");
-    sign(&file, &release, &[]);
-    let signature = std::fs::read_to_string(format!("{file}.sig")).unwrap();
-    let der = base64::engine::general_purpose::STANDARD
-        .decode(signature.trim())
-        .expect("base64");
-    std::fs::write(at("sig.der"), der).unwrap();
-    let public = release.public.display().to_string();
-    let out = openssl(&[
-        "dgst",
-        "-sha256",
-        "-verify",
-        &public,
-        "-signature",
-        &at("sig.der"),
-        &file,
-    ]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("Verified OK"));
-
-    // OpenSSL makes a key and signs; corral's trust verifies it, and
-    // names the same fingerprint `corral sign` prints for that key.
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        &at("ossl.key"),
-    ]);
-    openssl(&[
-        "pkey",
-        "-in",
-        &at("ossl.key"),
-        "-pubout",
-        "-out",
-        &at("ossl.pub"),
-    ]);
-    openssl(&[
-        "dgst",
-        "-sha256",
-        "-sign",
-        &at("ossl.key"),
-        "-out",
-        &at("ossl.der"),
-        &file,
-    ]);
-    let signature =
-        base64::engine::general_purpose::STANDARD.encode(std::fs::read(at("ossl.der")).unwrap());
-    let policy = corral::trust::TrustPolicy::new(&[PathBuf::from(at("ossl.pub"))], true)
-        .expect("OpenSSL's P-256 public key");
-    let bytes = std::fs::read(&file).unwrap();
-    let signer = policy
-        .verify_blob(&bytes, signature.as_bytes())
-        .expect("OpenSSL's signature verifies");
-    let said = ok(
-        &[
-            "sign",
-            &file,
-            "--key",
-            &at("ossl.key"),
-            "--output-signature",
-            &at("c.sig"),
-        ],
-        "",
-    );
-    assert!(said.contains(&signer), "{said} (expected {signer})");
-    let corrals = std::fs::read(at("c.sig")).unwrap();
-    assert_eq!(policy.verify_blob(&bytes, &corrals).ok(), Some(signer));
-    // A key of another curve is refused, by name.
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-384",
-        "-out",
-        &at("p384.key"),
-    ]);
-    openssl(&[
-        "pkey",
-        "-in",
-        &at("p384.key"),
-        "-pubout",
-        "-out",
-        &at("p384.pub"),
-    ]);
-    let refused = corral::trust::TrustPolicy::new(&[PathBuf::from(at("p384.pub"))], true)
-        .expect_err("a P-384 key");
-    assert!(
-        refused.to_string().contains("not an ECDSA P-256 key"),
-        "{refused}"
-    );
-}
-
-/// Cosign's registry format, made independently of corral: a payload
-/// written as cosign writes it (with a signer's annotations), signed by
-/// OpenSSL, attached by another OCI client at cosign's tag with cosign's
-/// media type and annotation, is found and verified; and what `corral
-/// sign` attaches reads, with that client and OpenSSL, as cosign's.
-#[test]
-fn cosign_format_signatures_interoperate_both_ways() {
-    use base64::Engine as _;
-    use oci_client::client::{Config, ImageLayer};
-    use oci_client::secrets::RegistryAuth;
-    use std::collections::BTreeMap;
-    const PAYLOAD_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
-    const SIGNATURE: &str = "dev.cosignproject.cosign/signature";
-
-    let dir = tempfile::tempdir().unwrap();
-    let at = |name: &str| dir.path().join(name).display().to_string();
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .output()
-            .expect("openssl runs");
-        assert!(out.status.success(), "openssl {args:?}: {}", text(&out));
-    };
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        &at("ossl.key"),
-    ]);
-    openssl(&[
-        "pkey",
-        "-in",
-        &at("ossl.key"),
-        "-pubout",
-        "-out",
-        &at("ossl.pub"),
-    ]);
-
-    let registry = Registry::start();
-    let repository = format!("{}/acme/greeter", registry.host());
-    let reference = format!("oci://{repository}:1");
-    let digest = registry.push(&example("greeter"), &reference);
-    let tag: oci_client::Reference = format!("{repository}:{}.sig", digest.replace(':', "-"))
-        .parse()
-        .expect("a reference");
-
-    // cosign's payload and attachment, by hand and OpenSSL.
-    let payload = format!(
-        r#"{{"critical":{{"identity":{{"docker-reference":"{repository}"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":{{"pipeline":"release"}}}}"#
-    );
-    std::fs::write(at("payload.json"), &payload).unwrap();
-    openssl(&[
-        "dgst",
-        "-sha256",
-        "-sign",
-        &at("ossl.key"),
-        "-out",
-        &at("payload.der"),
-        &at("payload.json"),
-    ]);
-    let signature =
-        base64::engine::general_purpose::STANDARD.encode(std::fs::read(at("payload.der")).unwrap());
-    let layer = ImageLayer::new(
-        payload.into_bytes(),
-        PAYLOAD_TYPE.to_owned(),
-        Some(BTreeMap::from([(SIGNATURE.to_owned(), signature)])),
-    );
-    block_on(registry.client().push(
-        &tag,
-        &[layer],
-        Config::oci_v1(b"{}".to_vec(), None),
-        &RegistryAuth::Anonymous,
-        None,
-    ))
-    .expect("the registry takes the signature");
-
-    // Found by corral's lookup, verified by its trust.
-    let policy = corral::trust::TrustPolicy::new(&[PathBuf::from(at("ossl.pub"))], true)
-        .expect("OpenSSL's P-256 key");
-    let registries = corral::oci::Registries::from_env(vec![registry.host()], 1 << 20);
-    let parsed: corral::oci::OciRef = reference.parse().expect("a reference");
-    let found = block_on(corral::oci::signatures::signatures(
-        &parsed,
-        &digest,
-        &registries,
-    ))
-    .expect("the signatures are read");
-    let signer = policy
-        .verify_payloads(&digest, &found)
-        .expect("cosign's format, signed by OpenSSL, verifies");
-
-    // corral signs (OpenSSL's unencrypted key): its layer is added beside
-    // the first, and reads as cosign's with another client and OpenSSL.
-    let said = ok(
-        &[
-            "sign",
-            &reference,
-            "--key",
-            &at("ossl.key"),
-            "--insecure-registry",
-            &registry.host(),
-        ],
-        "",
-    );
-    assert!(said.contains(&signer), "{said}");
-    let client = registry.client();
-    let (manifest, _) = block_on(client.pull_image_manifest(&tag, &RegistryAuth::Anonymous))
-        .expect("the signature manifest");
-    assert_eq!(manifest.layers.len(), 2, "{manifest:?}");
-    let corrals = &manifest.layers[1];
-    assert_eq!(corrals.media_type, PAYLOAD_TYPE);
-    let mut bytes = Vec::new();
-    block_on(client.pull_blob(&tag, corrals, &mut bytes)).expect("the payload");
-    let json: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
-    assert_eq!(
-        json["critical"]["type"], "cosign container image signature",
-        "{json}"
-    );
-    assert_eq!(
-        json["critical"]["image"]["docker-manifest-digest"],
-        digest.as_str(),
-        "{json}"
-    );
-    assert_eq!(
-        json["critical"]["identity"]["docker-reference"],
-        repository.as_str(),
-        "{json}"
-    );
-    let signature = corrals
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(SIGNATURE))
-        .expect("the signature annotation");
-    let der = base64::engine::general_purpose::STANDARD
-        .decode(signature)
-        .expect("base64");
-    std::fs::write(at("corral.json"), &bytes).unwrap();
-    std::fs::write(at("corral.der"), der).unwrap();
-    openssl(&[
-        "dgst",
-        "-sha256",
-        "-verify",
-        &at("ossl.pub"),
-        "-signature",
-        &at("corral.der"),
-        &at("corral.json"),
-    ]);
 }

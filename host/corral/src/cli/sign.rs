@@ -155,7 +155,14 @@ pub fn key(args: KeyArgs) -> ExitCode {
             PASSWORD_VARIABLES.join(" or ")
         ));
     }
-    let (private, public, fingerprint) = match new_key_pair(&password_from_env()) {
+    let password = password_from_env();
+    if password.is_empty() {
+        eprintln!(
+            "warning: the private key is not encrypted ({} is empty): whoever reads the file can sign as you",
+            PASSWORD_VARIABLES.join(" or ")
+        );
+    }
+    let (private, public, fingerprint) = match new_key_pair(&password) {
         Ok(pair) => pair,
         Err(e) => return error_exit(&e),
     };
@@ -170,11 +177,23 @@ pub fn key(args: KeyArgs) -> ExitCode {
             return usage_error(format!("`{}` exists: not overwriting it", path.display()));
         }
     }
-    // The private key owner-only from its first byte.
-    let written = corral_core::private::new_file(&key_path)
-        .and_then(|mut file| file.write_all(private.as_bytes()))
-        .and_then(|()| std::fs::write(&pub_path, &public));
+    // The private key owner-only from its first byte; neither key over a
+    // file, or through a link, made meanwhile.
+    let mut file = match corral_core::private::new_file(&key_path) {
+        Ok(file) => file,
+        Err(e) => return usage_error(format!("writing `{}`: {e}", key_path.display())),
+    };
+    let written = file.write_all(private.as_bytes()).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&pub_path)?
+            .write_all(public.as_bytes())
+    });
     if let Err(e) = written {
+        // Not half a pair (the private key is this run's own): a rerun
+        // would be refused for it alone.
+        let _ = std::fs::remove_file(&key_path);
         return usage_error(format!("writing the key pair `{}`: {e}", name.display()));
     }
     println!(

@@ -63,9 +63,18 @@ pub async fn signatures(
                 if let Some(manifest) = manifest(&client, &tag, registries, &auth).await? {
                     manifests.push(manifest);
                 }
-                manifests.extend(referrers(&client, &pinned, registries, &auth, &allowance).await?);
+                let room = MAX_SIGNATURE_MANIFESTS - manifests.len();
+                match referrers(&client, &pinned, registries, &auth, &allowance, room).await {
+                    Ok(referred) => manifests.extend(referred),
+                    // The tag's signatures are enough to verify by; with
+                    // none, why the registry failed is the reason.
+                    Err(e) if !manifests.is_empty() => {
+                        tracing::debug!(%reference, "signatures by the referrers API not read: {}", crate::error_chain(&e));
+                    }
+                    Err(e) => return Err(e),
+                }
                 let mut found = Vec::new();
-                for manifest in manifests.iter().take(MAX_SIGNATURE_MANIFESTS) {
+                for manifest in &manifests {
                     for layer in &manifest.layers {
                         if found.len() == MAX_SIGNATURES {
                             break;
@@ -104,14 +113,15 @@ fn signature_tag(reference: &OciRef, digest: &str) -> OciRef {
     reference.with_tag(&format!("{}.sig", digest.replace(':', "-")))
 }
 
-/// The signature manifests the registry's referrers API names for
-/// `pinned` (none where the registry has no such API).
+/// The signature manifests, at most `room`, the registry's referrers API
+/// names for `pinned` (none where the registry has no such API).
 async fn referrers(
     client: &WasmClient,
     pinned: &OciRef,
     registries: &Registries,
     auth: &RegistryAuth,
     allowance: &Allowance,
+    room: usize,
 ) -> Result<Vec<OciImageManifest>, OciError> {
     // (Authenticated already: the tag's manifest was asked for first.)
     allowance.allow(MAX_MANIFEST);
@@ -125,10 +135,13 @@ async fn referrers(
         Err(e) => return Err(classify(pinned, registries, e)),
     };
     let mut manifests = Vec::new();
-    for entry in index.manifests.iter().take(MAX_SIGNATURE_MANIFESTS) {
-        if entry.artifact_type.as_deref() != Some(COSIGN_SIGNATURE_ARTIFACT) {
-            continue;
-        }
+    // Only cosign's signatures, by a digest (what the registry names is
+    // neither trusted to be either, nor to be short).
+    let entries = index.manifests.iter().filter(|entry| {
+        entry.artifact_type.as_deref() == Some(COSIGN_SIGNATURE_ARTIFACT)
+            && super::is_sha256_digest(&entry.digest)
+    });
+    for entry in entries.take(room) {
         let at = pinned.at_digest(&entry.digest);
         allowance.allow(MAX_MANIFEST);
         if let Some(manifest) = manifest(client, &at, registries, auth).await? {

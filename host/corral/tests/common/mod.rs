@@ -10,6 +10,7 @@ pub mod http;
 pub mod otlp;
 pub mod processes;
 pub mod registry;
+pub mod signing;
 pub mod temporal;
 
 // The guests and the test host, from `corral-core`'s tests: one source.

@@ -98,6 +98,8 @@ impl Catalog {
                 let (version, candidate) = {
                     let mut state = self.state.lock().await;
                     let (_, version) = state.version(tenant, digest)?;
+                    // Nothing unsigned is compiled or replayed.
+                    Catalog::signed(spec, &version)?;
                     let candidate = self.loaded(&mut state, &version.digest).await?;
                     (version, candidate)
                 };

@@ -386,13 +386,18 @@ impl Catalog {
         let spec = self.spec(tenant)?;
         let mut state = self.state.lock().await;
         let (tenant_index, version) = state.version(tenant, digest)?;
-        let component = self.loaded(&mut state, &version.digest).await?;
+        // Nothing its tenant's trust refuses is compiled, not even to be
+        // described: what the catalog holds loaded, if anything, is shown.
+        let component = match spec.trust.admits(version.signer.as_deref()) {
+            true => Some(self.loaded(&mut state, &version.digest).await?),
+            false => state.loaded.get(&version.digest).cloned(),
+        };
         Ok(VersionView {
             tenant: tenant.to_owned(),
             active: tenant_index.is_active(&version),
             canary: tenant_index.canary_percent(&version.digest),
             version,
-            component: Some(component),
+            component,
             http_hosts: spec.http_hosts(),
         })
     }
@@ -458,8 +463,9 @@ impl Catalog {
 
     /// The tenant's routes by `tenant_index`, checked, with the splits its
     /// canaries need (deployment, candidate, split, share). A canary whose
-    /// candidate no longer loads, or whose ramp reads back out of its
-    /// bounds, is dropped with a warning, not a reason to serve nothing.
+    /// candidate no longer loads, whose signer its tenant's trust refuses,
+    /// or whose ramp reads back out of its bounds, is dropped with a
+    /// warning, not a reason to serve nothing.
     async fn routes(
         &self,
         state: &mut State,
@@ -475,13 +481,20 @@ impl Catalog {
             .cloned()
             .collect();
         for version in active {
+            // Whatever made it active, nothing its tenant's trust refuses
+            // serves (a promoted canary's candidate included).
+            Catalog::signed(spec, &version)?;
             let canary = match tenant_index.canary_of(&version.name) {
                 Some((canary, candidate)) => {
                     let (canary, candidate) = (canary.clone(), candidate.clone());
-                    match self
-                        .candidate(state, name, &version.name, &canary, &candidate)
-                        .await
-                    {
+                    let taken = match Catalog::signed(spec, &candidate) {
+                        Ok(()) => {
+                            self.candidate(state, name, &version.name, &canary, &candidate)
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match taken {
                         Ok((deployment, pending)) => {
                             splits.push(pending.clone());
                             Some((Box::new(deployment), pending.2))

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::{Catalog, CatalogError, Version, now_ms};
 use crate::config::ComponentSource;
+use crate::control::api::MAX_SIGNATURE;
 use crate::control::metadata::Pulled;
 use crate::control::store::TenantIndex;
 use crate::oci::{self, Registries};
@@ -56,11 +57,6 @@ impl Catalog {
                 }
             };
             let name = source.deployment();
-            let component = self
-                .load(&path, &digest)
-                .await
-                .map_err(|e| fail(e.into()))?;
-            tracing::info!(tenant, digest = %digest, from_cache = component.from_cache, "loaded {source}");
             let active = tenant_index
                 .active
                 .get(&name)
@@ -77,19 +73,26 @@ impl Catalog {
                 }
                 _ => {}
             }
-            if let Some(stored) = tenant_index
+            let stored = tenant_index
                 .versions
                 .iter_mut()
-                .find(|v| v.digest == digest)
-            {
+                .find(|v| v.digest == digest);
+            if let Some(stored) = stored {
                 // Signed now (a signature file added beside it): recorded;
                 // held only for want of one before: served again.
                 if signer.is_some() {
                     stored.signer.clone_from(&signer);
                     stored.held.retain(|h| h != super::signed::DISTRUSTED);
                 }
+                // Before it is compiled: nothing its tenant's trust refuses.
                 Catalog::signed(spec, stored).map_err(|e| fail(e.into()))?;
-            } else {
+            }
+            let component = self
+                .load(&path, &digest)
+                .await
+                .map_err(|e| fail(e.into()))?;
+            tracing::info!(tenant, digest = %digest, from_cache = component.from_cache, "loaded {source}");
+            if !tenant_index.versions.iter().any(|v| v.digest == digest) {
                 if let Configured::Staged(staged) = configured {
                     self.store.put_staged(staged).map_err(|e| fail(e.into()))?;
                 }
@@ -137,24 +140,19 @@ impl Catalog {
         let reference = match source {
             ComponentSource::File(path) => {
                 let signature_file = signature_beside(path);
-                let signature = match std::fs::read(&signature_file) {
-                    Ok(signature) => Some(signature),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                    Err(e) => return Err(e.into()),
-                };
+                let signature = read_signature(&signature_file)?;
                 let what = format!(
                     "{} (its signature file: {})",
                     path.display(),
                     signature_file.display()
                 );
+                // The copy that will be stored is the one verified: the
+                // file may change while it is read.
+                let staged = self.staging.copy_of(path)?;
                 let signer = self
-                    .file_signer(tenant, &what, path, signature.as_deref())
+                    .file_signer(tenant, &what, staged.path(), signature.as_deref())
                     .await?;
-                return Ok((
-                    Configured::Staged(self.staging.copy_of(path)?),
-                    None,
-                    signer,
-                ));
+                return Ok((Configured::Staged(staged), None, signer));
             }
             ComponentSource::Oci(reference) => reference,
         };
@@ -173,10 +171,19 @@ impl Catalog {
                 "{reference}: stored before, as {}; not pulled",
                 version.digest
             );
+            let signer = match self.spec(tenant)?.trust.admits(version.signer.as_deref()) {
+                true => version.signer.clone(),
+                // Signed by a key trusted no more: its registry is asked
+                // again (re-signed with a key trusted now, it serves on).
+                false => {
+                    self.pulled_signer(tenant, reference, &manifest, registries)
+                        .await?
+                }
+            };
             return Ok((
                 Configured::Stored(version.digest.clone()),
                 version.pulled.clone(),
-                version.signer.clone(),
+                signer,
             ));
         }
         let pulled = oci::pull(&reference.at_digest(&manifest), registries, &self.staging).await?;
@@ -198,4 +205,51 @@ fn signature_beside(path: &std::path::Path) -> std::path::PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".sig");
     name.into()
+}
+
+/// A configured file's signature file, if there is one: at most
+/// [`MAX_SIGNATURE`] bytes (a cosign signature is about 100).
+fn read_signature(
+    path: &std::path::Path,
+) -> Result<Option<Vec<u8>>, Box<dyn std::error::Error + Send + Sync>> {
+    use std::io::Read as _;
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let mut signature = Vec::new();
+    file.take(MAX_SIGNATURE as u64 + 1)
+        .read_to_end(&mut signature)?;
+    if signature.len() > MAX_SIGNATURE {
+        return Err(SignatureTooLarge(path.to_owned()).into());
+    }
+    Ok(Some(signature))
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{}: a signature file of more than {MAX_SIGNATURE} bytes (a cosign signature is about 100)", .0.display())]
+struct SignatureTooLarge(std::path::PathBuf);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signature_file_is_read_only_up_to_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.wasm.sig");
+        assert!(read_signature(&path).unwrap().is_none());
+        std::fs::write(&path, vec![b'A'; MAX_SIGNATURE]).unwrap();
+        assert_eq!(
+            read_signature(&path).unwrap().map(|s| s.len()),
+            Some(MAX_SIGNATURE)
+        );
+        std::fs::write(&path, vec![b'A'; 64 << 20]).unwrap();
+        let refused = read_signature(&path).unwrap_err().to_string();
+        assert!(
+            refused.contains("a signature file of more than 4096 bytes"),
+            "{refused}"
+        );
+    }
 }

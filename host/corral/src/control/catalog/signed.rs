@@ -30,7 +30,11 @@ impl Catalog {
         }
         let verified = match signatures::signatures(reference, digest, registries).await {
             Ok(found) => spec.trust.verify_payloads(digest, &found),
-            Err(e) => Err(Refused::Unreadable(crate::error_chain(&e))),
+            // A registry's text, escaped and cut.
+            Err(e) => Err(Refused::Unreadable(corral_core::shown::shown(
+                &crate::error_chain(&e),
+                300,
+            ))),
         };
         self.decided(spec, &reference.to_string(), verified)
     }
@@ -136,6 +140,15 @@ pub(super) fn distrust(name: &str, spec: &TenantSpec, tenant_index: &mut TenantI
         .filter(|v| !spec.trust.admits(v.signer.as_deref()))
         .cloned()
         .collect();
+    // A canary whose candidate is refused ends: the active version takes
+    // every task (a promotion would otherwise make it serve them all).
+    tenant_index.canaries.retain(|deployment, canary| {
+        let kept = refused.iter().all(|v| v.digest != canary.candidate);
+        if !kept {
+            tracing::warn!(tenant = name, %deployment, candidate = %canary.candidate, "canary ended: {DISTRUSTED}");
+        }
+        kept
+    });
     for mut version in refused {
         if tenant_index.is_active(&version) {
             tenant_index.active.remove(&version.name);

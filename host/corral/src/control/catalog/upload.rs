@@ -114,6 +114,10 @@ impl Catalog {
             // Bytes held before and removed: the hold comes back with them.
             if let Some((_, reasons)) = tenant_index.rejected.iter().find(|(d, _)| *d == digest) {
                 version.held.clone_from(reasons);
+                // But not for want of a signer it has now.
+                if spec.trust.admits(version.signer.as_deref()) {
+                    version.held.retain(|h| h != super::signed::DISTRUSTED);
+                }
             }
         }
         let was_active = tenant_index.is_active(&version);
