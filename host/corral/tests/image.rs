@@ -14,17 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::activities::{execute_completed, text, unique};
-use common::example;
 use common::processes::{Corral, free_port};
 use common::temporal::TemporalServer;
-
-fn repo() -> PathBuf {
-    example("greeter")
-        .ancestors()
-        .nth(3)
-        .expect("the repository root")
-        .to_owned()
-}
+use common::{example, repo};
 
 fn podman(args: &[&str]) -> Output {
     Command::new("podman")

@@ -17,15 +17,7 @@ use common::activities::{execute_completed, text, unique};
 use common::admin::{Host, path};
 use common::processes::{Corral, free_port, scrape};
 use common::temporal::TemporalServer;
-use common::{example, hostile_guest};
-
-fn repo() -> PathBuf {
-    example("greeter")
-        .ancestors()
-        .nth(3)
-        .expect("the repository root")
-        .to_owned()
-}
+use common::{example, hostile_guest, repo};
 
 fn python(script: &str, args: &[&str]) -> Output {
     Command::new("python3")

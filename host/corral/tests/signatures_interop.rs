@@ -11,6 +11,41 @@ use common::example;
 use common::registry::{Registry, block_on};
 use common::signing::{new_key, ok, sign};
 
+/// `openssl <args>`, expecting success.
+fn openssl(args: &[&str]) -> std::process::Output {
+    let out = Command::new("openssl")
+        .args(args)
+        .output()
+        .expect("openssl runs");
+    assert!(out.status.success(), "openssl {args:?}: {}", text(&out));
+    out
+}
+
+/// An EC key pair on `curve` made by OpenSSL: `dir/name.key` (PKCS#8,
+/// unencrypted) and `dir/name.pub`.
+fn openssl_key(dir: &std::path::Path, name: &str, curve: &str) {
+    let at = |file: String| dir.join(file).display().to_string();
+    let curve = format!("ec_paramgen_curve:{curve}");
+    let key = at(format!("{name}.key"));
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        &curve,
+        "-out",
+        &key,
+    ]);
+    openssl(&[
+        "pkey",
+        "-in",
+        &key,
+        "-pubout",
+        "-out",
+        &at(format!("{name}.pub")),
+    ]);
+}
+
 /// The signatures are the standard ones cosign makes: ECDSA P-256 over
 /// SHA-256, ASN.1 DER, base64. OpenSSL verifies what `corral sign` made,
 /// and a host trusts what OpenSSL signed with a key OpenSSL made (an
@@ -20,14 +55,6 @@ fn openssl_and_corral_verify_each_others_signatures() {
     use base64::Engine as _;
     let dir = tempfile::tempdir().unwrap();
     let at = |name: &str| dir.path().join(name).display().to_string();
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .output()
-            .expect("openssl runs");
-        assert!(out.status.success(), "openssl {args:?}: {}", text(&out));
-        out
-    };
     let file = at("greeter.wasm");
     std::fs::copy(example("greeter"), &file).unwrap();
 
@@ -53,23 +80,7 @@ fn openssl_and_corral_verify_each_others_signatures() {
 
     // OpenSSL makes a key and signs; corral's trust verifies it, and
     // names the same fingerprint `corral sign` prints for that key.
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        &at("ossl.key"),
-    ]);
-    openssl(&[
-        "pkey",
-        "-in",
-        &at("ossl.key"),
-        "-pubout",
-        "-out",
-        &at("ossl.pub"),
-    ]);
+    openssl_key(dir.path(), "ossl", "P-256");
     openssl(&[
         "dgst",
         "-sha256",
@@ -102,23 +113,7 @@ fn openssl_and_corral_verify_each_others_signatures() {
     let corrals = std::fs::read(at("c.sig")).unwrap();
     assert_eq!(policy.verify_blob(&bytes, &corrals).ok(), Some(signer));
     // A key of another curve is refused, by name.
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-384",
-        "-out",
-        &at("p384.key"),
-    ]);
-    openssl(&[
-        "pkey",
-        "-in",
-        &at("p384.key"),
-        "-pubout",
-        "-out",
-        &at("p384.pub"),
-    ]);
+    openssl_key(dir.path(), "p384", "P-384");
     let refused = corral::trust::TrustPolicy::new(&[PathBuf::from(at("p384.pub"))], true)
         .expect_err("a P-384 key");
     assert!(
@@ -143,30 +138,7 @@ fn cosign_format_signatures_interoperate_both_ways() {
 
     let dir = tempfile::tempdir().unwrap();
     let at = |name: &str| dir.path().join(name).display().to_string();
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .output()
-            .expect("openssl runs");
-        assert!(out.status.success(), "openssl {args:?}: {}", text(&out));
-    };
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        &at("ossl.key"),
-    ]);
-    openssl(&[
-        "pkey",
-        "-in",
-        &at("ossl.key"),
-        "-pubout",
-        "-out",
-        &at("ossl.pub"),
-    ]);
+    openssl_key(dir.path(), "ossl", "P-256");
 
     let registry = Registry::start();
     let repository = format!("{}/acme/greeter", registry.host());

@@ -17,3 +17,8 @@ pub mod temporal;
 #[path = "../../../core/tests/common/mod.rs"]
 mod guests;
 pub use guests::*;
+
+/// The repository's root.
+pub fn repo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
