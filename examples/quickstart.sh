@@ -24,7 +24,7 @@ if [ -n "${CORRAL_BIN:-}" ]; then
   step "building corral: using $CORRAL_BIN"
   corral="$CORRAL_BIN"
 else
-  step "building corral (cargo build -p corral: about 8 minutes the first time on 2 cores, seconds after)"
+  step "building corral (cargo build -p corral: about 8½ minutes the first time on 2 cores, seconds after)"
   cargo build -p corral
   corral="${CARGO_TARGET_DIR:-$root/target}/debug/corral"
 fi
