@@ -209,7 +209,7 @@ fn backpressure_liveness_and_cancellation() {
         "count",
         "",
         "Int",
-        "count_to(target: 8, step_ms: 1000)",
+        "count_to(target: 16, step_ms: 1000)",
     );
     let long = workflow(
         dir.path(),
@@ -253,16 +253,14 @@ fn backpressure_liveness_and_cancellation() {
         most, 2.0,
         "never more than the tenant's limit in flight, and the limit reached"
     );
-    assert_eq!(
-        outcomes(metrics, "demo:misbehave/api.sleep", "Completed"),
-        5.0
-    );
+    let completed = outcomes(metrics, "demo:misbehave/api.sleep", "Completed");
+    assert_eq!(completed, 5.0, "{}", corral.stderr());
 
     // A heartbeating activity outlives several heartbeat windows.
     let started = Instant::now();
     let (result, out) = server.run(&count, "{}");
     assert!(out.status.success(), "{}\n{}", text(&out), corral.stderr());
-    assert_eq!(result.expect("a result document")["result"]["payload"], 8);
+    assert_eq!(result.expect("a result document")["result"]["payload"], 16);
     assert!(started.elapsed() > Duration::from_millis(3 * HEARTBEAT_WINDOW_MS));
     // So does one that never heartbeats itself: corral heartbeats for it.
     let (_, out) = server.run(&nap, &format!(r#"{{"ms": {}}}"#, 3 * HEARTBEAT_WINDOW_MS));
