@@ -3,13 +3,12 @@
 //! verify) and prints what the host stored: its state, activity types and
 //! the changes against the active version.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-use corral::control::api::{MAX_SIGNATURE, UPLOAD_CHUNK};
+use corral::control::api::UPLOAD_CHUNK;
 use corral::control::proto::{self, upload_request};
 use corral::control::rollout::{DEFAULT_MARGIN, DEFAULT_MIN_TASKS, Ramp};
 
@@ -17,9 +16,6 @@ use super::admin::{
     Conn, call, component_json, print_activity_types, print_held, print_outbound_http, print_signer,
 };
 use super::{error_exit, key_value, usage_error};
-
-/// The largest signature file read: the most an upload's header carries.
-const MAX_SIGNATURE_FILE: u64 = MAX_SIGNATURE as u64;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -192,23 +188,24 @@ pub async fn deploy(args: Args) -> ExitCode {
 
 /// The signature to send with the file at `file`: `given`'s, or else
 /// `FILE.sig`'s where that exists; empty for none. At most
-/// [`MAX_SIGNATURE_FILE`] bytes of UTF-8.
+/// [`corral::trust::file::MAX_SIGNATURE`] bytes of UTF-8.
 fn signature_of(file: &str, given: Option<&Path>) -> Result<String, ExitCode> {
-    let beside = PathBuf::from(format!("{file}.sig"));
-    let path = match given {
-        Some(path) => path,
-        None if beside.is_file() => beside.as_path(),
-        None => return Ok(String::new()),
+    use corral::trust::file;
+    let read = match given {
+        Some(path) => file::read(path).map(|bytes| Some((path.to_owned(), bytes))),
+        None => {
+            let beside = file::beside(Path::new(file));
+            file::read_if_there(&beside).map(|bytes| bytes.map(|bytes| (beside, bytes)))
+        }
     };
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_SIGNATURE_FILE + 1).read_to_string(&mut text))
-        .map_err(|e| usage_error(format!("reading the signature `{}`: {e}", path.display())))?;
-    if text.len() as u64 > MAX_SIGNATURE_FILE {
-        return Err(usage_error(format!(
-            "`{}` is not a signature: over {MAX_SIGNATURE_FILE} bytes",
+    let Some((path, bytes)) = read.map_err(|e| usage_error(e.to_string()))? else {
+        return Ok(String::new());
+    };
+    let text = String::from_utf8(bytes).map_err(|_| {
+        usage_error(format!(
+            "`{}` is not a signature: not UTF-8 (cosign writes base64)",
             path.display()
-        )));
-    }
+        ))
+    })?;
     Ok(text.trim().to_owned())
 }

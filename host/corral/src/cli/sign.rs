@@ -126,11 +126,7 @@ fn sign_file(path: &Path, output: Option<PathBuf>, key: &SigningKey) -> ExitCode
         Ok(signature) => signature,
         Err(e) => return error_exit(&e),
     };
-    let output = output.unwrap_or_else(|| {
-        let mut name = path.as_os_str().to_owned();
-        name.push(".sig");
-        PathBuf::from(name)
-    });
+    let output = output.unwrap_or_else(|| corral::trust::file::beside(path));
     if let Err(e) = std::fs::write(&output, &signature) {
         return usage_error(format!("writing `{}`: {e}", output.display()));
     }

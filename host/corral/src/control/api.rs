@@ -50,9 +50,9 @@ pub struct AdminService {
 
 /// The bytes of an upload travel in chunks of at most this size.
 pub const UPLOAD_CHUNK: usize = 1 << 20;
-/// The longest signature an upload's header may carry (a cosign
-/// signature's base64 is about 100 bytes).
-pub const MAX_SIGNATURE: usize = 4 << 10;
+/// The longest signature an upload's header may carry: the largest
+/// signature file read.
+pub use crate::trust::file::MAX_SIGNATURE;
 
 /// How many `Run` calls may execute at once, host-wide.
 pub const RUN_SLOTS: usize = 4;

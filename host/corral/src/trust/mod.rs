@@ -13,6 +13,7 @@
 //! sign-blob`'s signature over its bytes (`verify_blob`). Verification is key-based and offline: no
 //! transparency log or certificate authority is asked.
 
+pub mod file;
 pub mod payload;
 pub mod sign;
 

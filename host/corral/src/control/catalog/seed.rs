@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use super::{Catalog, CatalogError, Version, now_ms};
 use crate::config::ComponentSource;
-use crate::control::api::MAX_SIGNATURE;
 use crate::control::metadata::Pulled;
 use crate::control::store::TenantIndex;
 use crate::oci::{self, Registries};
@@ -139,8 +138,8 @@ impl Catalog {
     > {
         let reference = match source {
             ComponentSource::File(path) => {
-                let signature_file = signature_beside(path);
-                let signature = read_signature(&signature_file)?;
+                let signature_file = crate::trust::file::beside(path);
+                let signature = crate::trust::file::read_if_there(&signature_file)?;
                 let what = format!(
                     "{} (its signature file: {})",
                     path.display(),
@@ -196,60 +195,5 @@ impl Catalog {
             manifest: pulled.manifest_digest,
         };
         Ok((Configured::Staged(pulled.component), Some(record), signer))
-    }
-}
-
-/// Where a configured file's signature is looked for: `FILE.sig` beside
-/// it (`cosign sign-blob --output-signature FILE.sig FILE`).
-fn signature_beside(path: &std::path::Path) -> std::path::PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".sig");
-    name.into()
-}
-
-/// A configured file's signature file, if there is one: at most
-/// [`MAX_SIGNATURE`] bytes (a cosign signature is about 100).
-fn read_signature(
-    path: &std::path::Path,
-) -> Result<Option<Vec<u8>>, Box<dyn std::error::Error + Send + Sync>> {
-    use std::io::Read as _;
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let mut signature = Vec::new();
-    file.take(MAX_SIGNATURE as u64 + 1)
-        .read_to_end(&mut signature)?;
-    if signature.len() > MAX_SIGNATURE {
-        return Err(SignatureTooLarge(path.to_owned()).into());
-    }
-    Ok(Some(signature))
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{}: a signature file of more than {MAX_SIGNATURE} bytes (a cosign signature is about 100)", .0.display())]
-struct SignatureTooLarge(std::path::PathBuf);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_signature_file_is_read_only_up_to_its_bound() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("c.wasm.sig");
-        assert!(read_signature(&path).unwrap().is_none());
-        std::fs::write(&path, vec![b'A'; MAX_SIGNATURE]).unwrap();
-        assert_eq!(
-            read_signature(&path).unwrap().map(|s| s.len()),
-            Some(MAX_SIGNATURE)
-        );
-        std::fs::write(&path, vec![b'A'; 64 << 20]).unwrap();
-        let refused = read_signature(&path).unwrap_err().to_string();
-        assert!(
-            refused.contains("a signature file of more than 4096 bytes"),
-            "{refused}"
-        );
     }
 }
