@@ -14,23 +14,12 @@ use std::time::{Duration, Instant};
 
 use common::activities::text;
 use common::admin::Host;
-use common::http::{Head, loopback_server, recording_server};
+use common::http::{Head, loopback_server, recording_server, respond, respond_huge};
 use common::processes::scrape;
 use common::registry::Registry;
 
 /// How late a deadline may be met on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_secs(8);
-
-fn respond(stream: &TcpStream, status: &str, headers: &[(&str, String)], body: &[u8]) {
-    let mut stream = stream;
-    let mut head = format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\n", body.len());
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("connection: close\r\n\r\n");
-    let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(body);
-}
 
 const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 
@@ -77,18 +66,7 @@ fn hostile_registry(bystander: u16) -> u16 {
             );
         } else if manifest_of("huge") {
             // 64 MiB of manifest, announced and sent.
-            let mut stream = stream;
-            let size = 64usize << 20;
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: {MANIFEST_TYPE}\r\ncontent-length: {size}\r\nconnection: close\r\n\r\n"
-            );
-            let _ = stream.write_all(head.as_bytes());
-            let chunk = vec![b' '; 1 << 20];
-            for _ in 0..64 {
-                if stream.write_all(&chunk).is_err() {
-                    return;
-                }
-            }
+            respond_huge(stream, MANIFEST_TYPE, 64);
         } else if manifest_of("errorpage") {
             let page = "\u{1b}[2J\u{1b}[31mFAKE corral: deployed\n".repeat(20_000);
             respond(stream, "500 Internal Server Error", &[], page.as_bytes());

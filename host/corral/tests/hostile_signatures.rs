@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use common::activities::text;
 use common::admin::Host;
 use common::example;
-use common::http::{Head, loopback_server};
+use common::http::{self, Head, loopback_server, respond_huge};
 use common::processes::Corral;
 
 /// How late a deadline may be met on a loaded 2-core machine.
@@ -29,13 +29,12 @@ const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 const PAYLOAD_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 
 fn respond(stream: &TcpStream, status: &str, content_type: &str, body: &[u8]) {
-    let mut stream = stream;
-    let head = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
+    http::respond(
+        stream,
+        status,
+        &[("content-type", content_type.to_owned())],
+        body,
     );
-    let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(body);
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -207,18 +206,7 @@ fn signature_manifest(case: &str, stream: &TcpStream, signed: &str) {
     match case {
         "huge" => {
             // 64 MiB of manifest, announced and sent.
-            let mut stream = stream;
-            let size = 64usize << 20;
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: {MANIFEST_TYPE}\r\ncontent-length: {size}\r\nconnection: close\r\n\r\n"
-            );
-            let _ = stream.write_all(head.as_bytes());
-            let chunk = vec![b' '; 1 << 20];
-            for _ in 0..64 {
-                if stream.write_all(&chunk).is_err() {
-                    return;
-                }
-            }
+            respond_huge(stream, MANIFEST_TYPE, 64);
         }
         "many" => {
             let many = image_manifest(&vec![signed.to_owned(); 10_000]);

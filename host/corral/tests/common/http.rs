@@ -98,3 +98,33 @@ pub fn recording_server(
     });
     (port, arrived)
 }
+
+/// Writes a whole response to `stream` (`connection: close`): `status`,
+/// `headers` and `body`. Errors are the peer's business.
+pub fn respond(stream: &TcpStream, status: &str, headers: &[(&str, String)], body: &[u8]) {
+    let mut stream = stream;
+    let mut head = format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\n", body.len());
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("connection: close\r\n\r\n");
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body);
+}
+
+/// Announces and sends `mib` MiB of spaces as a `content_type` body, until
+/// the peer stops reading: a manifest a registry never should send.
+pub fn respond_huge(stream: &TcpStream, content_type: &str, mib: usize) {
+    let mut stream = stream;
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        mib << 20
+    );
+    let _ = stream.write_all(head.as_bytes());
+    let chunk = vec![b' '; 1 << 20];
+    for _ in 0..mib {
+        if stream.write_all(&chunk).is_err() {
+            return;
+        }
+    }
+}
