@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use common::activities::text;
 use common::admin::Host;
 use common::example;
-use common::http::{self, Head, loopback_server, respond_huge};
+use common::http::{self, Head, loopback_server, recording_server, respond_huge};
 use common::processes::Corral;
 
 /// How late a deadline may be met on a loaded 2-core machine.
@@ -399,66 +399,31 @@ fn a_registry_cannot_flood_or_stall_a_host_through_signatures() {
 /// another component at the tag gets nothing signed.
 #[test]
 fn push_sign_signs_nothing_a_registry_swapped_after_the_push() {
-    use std::io::Read as _;
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = seen.clone();
     let other = image_manifest(&[descriptor(
         "application/wasm",
         &sha256(b"another component"),
         17,
         "",
     )]);
-    let port = loopback_server(
-        move |head: &Head, reader: &mut BufReader<&TcpStream>, stream| {
-            let length = head
-                .header("content-length")
-                .and_then(|l| l.parse::<usize>().ok())
-                .unwrap_or(0);
-            let mut body = vec![0; length];
-            if reader.read_exact(&mut body).is_err() {
-                return;
+    let (port, arrived) = recording_server(move |head: &Head| {
+        let header = |name: &str, value: String| (name.to_owned(), value);
+        let upload = header("location", "/v2/acme/x/blobs/uploads/u".to_owned());
+        let stored = header(
+            "docker-content-digest",
+            format!("sha256:{}", "c".repeat(64)),
+        );
+        let manifest = header("content-type", MANIFEST_TYPE.to_owned());
+        match head.method() {
+            "POST" | "PATCH" => (202, vec![upload], String::new()),
+            "PUT" => (201, vec![upload, stored], String::new()),
+            "HEAD" if head.target().contains("/manifests/") => {
+                (200, vec![manifest, stored], String::new())
             }
-            log.lock()
-                .unwrap()
-                .push(format!("{} {}", head.method(), head.target()));
-            let mut stream = stream;
-            let answer = |status: &str, extra: &str, body: &[u8]| {
-                format!(
-                    "HTTP/1.1 {status}\r\n{extra}content-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                )
-            };
-            let upload = "location: /v2/acme/x/blobs/uploads/u\r\n";
-            let stored = format!("docker-content-digest: sha256:{}\r\n", "c".repeat(64));
-            let (head_text, body): (String, &[u8]) = match head.method() {
-                "POST" | "PATCH" => (answer("202 Accepted", upload, b""), b""),
-                "PUT" => (
-                    answer("201 Created", &format!("{upload}{stored}"), b""),
-                    b"",
-                ),
-                "HEAD" if head.target().contains("/manifests/") => (
-                    answer(
-                        "200 OK",
-                        &format!("content-type: {MANIFEST_TYPE}\r\n{stored}"),
-                        b"",
-                    ),
-                    b"",
-                ),
-                "GET" if head.target().contains("/manifests/1") => (
-                    answer(
-                        "200 OK",
-                        &format!("content-type: {MANIFEST_TYPE}\r\n"),
-                        other.as_bytes(),
-                    ),
-                    other.as_bytes(),
-                ),
-                "GET" if head.target() == "/v2/" => (answer("200 OK", "", b""), b""),
-                _ => (answer("404 Not Found", "", b""), b""),
-            };
-            let _ = stream.write_all(head_text.as_bytes());
-            let _ = stream.write_all(body);
-        },
-    );
+            "GET" if head.target().contains("/manifests/1") => (200, vec![manifest], other.clone()),
+            "GET" if head.target() == "/v2/" => (200, Vec::new(), String::new()),
+            _ => (404, Vec::new(), String::new()),
+        }
+    });
     let registry = format!("127.0.0.1:{port}");
     let keys = tempfile::tempdir().unwrap();
     let base = keys.path().join("release").display().to_string();
@@ -490,7 +455,10 @@ fn push_sign_signs_nothing_a_registry_swapped_after_the_push() {
             && said.contains("no longer names the component just pushed"),
         "{said}"
     );
-    let requests = seen.lock().unwrap().clone();
+    let requests: Vec<String> = arrived
+        .try_iter()
+        .map(|(head, _)| format!("{} {}", head.method(), head.target()))
+        .collect();
     assert!(
         requests
             .iter()
