@@ -21,6 +21,14 @@ fn openssl(args: &[&str]) -> std::process::Output {
     out
 }
 
+/// `file` signed by OpenSSL with `key` (ECDSA over SHA-256, DER written
+/// to `der`): the signature in base64, as cosign writes it.
+fn openssl_sign(key: &str, file: &str, der: &str) -> String {
+    use base64::Engine as _;
+    openssl(&["dgst", "-sha256", "-sign", key, "-out", der, file]);
+    base64::engine::general_purpose::STANDARD.encode(std::fs::read(der).expect("the signature"))
+}
+
 /// An EC key pair on `curve` made by OpenSSL: `dir/name.key` (PKCS#8,
 /// unencrypted) and `dir/name.pub`.
 fn openssl_key(dir: &std::path::Path, name: &str, curve: &str) {
@@ -81,17 +89,7 @@ fn openssl_and_corral_verify_each_others_signatures() {
     // OpenSSL makes a key and signs; corral's trust verifies it, and
     // names the same fingerprint `corral sign` prints for that key.
     openssl_key(dir.path(), "ossl", "P-256");
-    openssl(&[
-        "dgst",
-        "-sha256",
-        "-sign",
-        &at("ossl.key"),
-        "-out",
-        &at("ossl.der"),
-        &file,
-    ]);
-    let signature =
-        base64::engine::general_purpose::STANDARD.encode(std::fs::read(at("ossl.der")).unwrap());
+    let signature = openssl_sign(&at("ossl.key"), &file, &at("ossl.der"));
     let policy = corral::trust::TrustPolicy::new(&[PathBuf::from(at("ossl.pub"))], true)
         .expect("OpenSSL's P-256 public key");
     let bytes = std::fs::read(&file).unwrap();
@@ -153,17 +151,7 @@ fn cosign_format_signatures_interoperate_both_ways() {
         r#"{{"critical":{{"identity":{{"docker-reference":"{repository}"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":{{"pipeline":"release"}}}}"#
     );
     std::fs::write(at("payload.json"), &payload).unwrap();
-    openssl(&[
-        "dgst",
-        "-sha256",
-        "-sign",
-        &at("ossl.key"),
-        "-out",
-        &at("payload.der"),
-        &at("payload.json"),
-    ]);
-    let signature =
-        base64::engine::general_purpose::STANDARD.encode(std::fs::read(at("payload.der")).unwrap());
+    let signature = openssl_sign(&at("ossl.key"), &at("payload.json"), &at("payload.der"));
     let layer = ImageLayer::new(
         payload.into_bytes(),
         PAYLOAD_TYPE.to_owned(),
